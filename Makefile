@@ -1,0 +1,38 @@
+# Context Memory Service — developer entry points.
+# Every target bootstraps .venv itself, so a fresh clone needs only python3 (>= 3.11).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint fmt openapi migrate token bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy app tests migrations bench
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+openapi: $(STAMP)
+	$(BIN)/python -m app openapi
+
+migrate: $(STAMP)
+	$(BIN)/python -m app migrate
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,1 @@
+"""Context Memory Service: memory as a service for AI chat orchestrators."""

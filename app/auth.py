@@ -1,0 +1,204 @@
+"""Bearer-token authentication: the only importer of python-jose.
+
+Identity comes only from a verified token. Every decode pins the algorithm allowlist and
+requires `exp`, `aud`, `iss`, `sub` and `company_id`; any failure is the same opaque 401.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from jose import jwt
+from jose.exceptions import JOSEError
+from pydantic import BaseModel
+
+from app.config import Settings
+from app.errors import Forbidden, NotFound, Unauthorized
+
+KNOWN_ROLES = frozenset({"space_admin", "operator"})
+_REQUIRED_CLAIMS = ("exp", "aud", "iss", "sub", "company_id")
+_MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who the verified token says the caller is."""
+
+    user_id: str
+    company_id: str
+    roles: frozenset[str]
+
+    def has_role(self, role: str) -> bool:
+        return role in self.roles
+
+
+class TokenVerifier:
+    def __init__(self, settings: Settings) -> None:
+        self._algorithms = list(settings.jwt_algorithms)
+        self._audience = settings.jwt_audience
+        self._issuer = settings.jwt_issuer
+        self._max_bytes = settings.jwt_max_token_bytes
+        self._leeway = settings.jwt_leeway_seconds
+        self._hmac_key = settings.jwt_secret.get_secret_value()
+        self._public_key = (
+            settings.jwt_public_key.get_secret_value() if settings.jwt_public_key else None
+        )
+
+    def verify(self, token: str) -> Principal:
+        """Return the principal of a valid token; raise `Unauthorized` for anything else."""
+        if len(token.encode()) > self._max_bytes or token.count(".") != 2:
+            raise Unauthorized  # oversized, or not a JWS compact token (a JWE has 5 segments)
+        try:
+            header = jwt.get_unverified_header(token)
+            algorithm = header.get("alg")
+            if algorithm not in self._algorithms:
+                raise Unauthorized
+            key = self._hmac_key if str(algorithm).startswith("HS") else self._public_key
+            if key is None:
+                raise Unauthorized
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=self._audience,
+                issuer=self._issuer,
+                options={
+                    "require_exp": True,
+                    "require_aud": True,
+                    "require_iss": True,
+                    "require_sub": True,
+                    "require_nbf": False,
+                    "leeway": self._leeway,
+                },
+            )
+        except (JOSEError, ValueError, TypeError, KeyError) as exc:
+            raise Unauthorized from exc
+        return _principal_from_claims(claims)
+
+
+def _principal_from_claims(claims: dict[str, Any]) -> Principal:
+    if any(name not in claims for name in _REQUIRED_CLAIMS):
+        raise Unauthorized
+    sub, company = claims["sub"], claims["company_id"]
+    if not _is_identifier(sub) or not _is_identifier(company):
+        raise Unauthorized
+    roles = claims.get("roles", [])
+    if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
+        raise Unauthorized
+    return Principal(user_id=sub, company_id=company, roles=frozenset(roles) & KNOWN_ROLES)
+
+
+def _is_identifier(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= _MAX_ID_LENGTH
+        and value.isprintable()
+        and value.strip() == value
+    )
+
+
+def issue_token(
+    settings: Settings,
+    *,
+    sub: str,
+    company_id: str,
+    roles: Iterable[str] = (),
+    ttl_seconds: int = 3600,
+    now: float | None = None,
+    extra_claims: dict[str, Any] | None = None,
+) -> str:
+    """Sign a token with the configured key (development, tests and the `token` command)."""
+    issued = int(now if now is not None else time.time())
+    claims: dict[str, Any] = {
+        "sub": sub,
+        "company_id": company_id,
+        "roles": sorted(roles),
+        "iss": settings.jwt_issuer,
+        "aud": settings.jwt_audience,
+        "iat": issued,
+        "exp": issued + ttl_seconds,
+    }
+    claims.update(extra_claims or {})
+    algorithm = settings.jwt_algorithms[0]
+    if algorithm.startswith("HS"):
+        key = settings.jwt_secret.get_secret_value()
+    elif settings.jwt_private_key is not None:
+        key = settings.jwt_private_key.get_secret_value()
+    else:
+        raise ValueError(f"signing with {algorithm} needs JWT_PRIVATE_KEY")
+    return str(jwt.encode(claims, key, algorithm=algorithm))
+
+
+def _bearer_token(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthorized
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token or " " in token.strip():
+        raise Unauthorized
+    return token.strip()
+
+
+_bearer_scheme = HTTPBearer(auto_error=False, description="JWT issued by your identity provider")
+
+
+async def current_principal(
+    request: Request,
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
+) -> Principal:
+    """The verified caller. The header is parsed here, strictly; HTTPBearer only documents it."""
+    verifier: TokenVerifier = request.app.state.token_verifier
+    return verifier.verify(_bearer_token(request))
+
+
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+def require_role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    """Dependency: the caller must hold `role` (403 otherwise)."""
+
+    async def dependency(principal: PrincipalDep) -> Principal:
+        if not principal.has_role(role):
+            raise Forbidden(f"This operation needs the {role} role.")
+        return principal
+
+    return dependency
+
+
+def require_operator_or_company_admin(
+    principal: Principal, company_id: str, *, space_admin_may_read: bool = False
+) -> None:
+    """Company routes: operators may act on any company; a space admin only reads their own.
+
+    A space admin naming another company gets 404 (no existence oracle).
+    """
+    if principal.has_role("operator"):
+        return
+    if space_admin_may_read and principal.has_role("space_admin"):
+        if principal.company_id != company_id:
+            raise NotFound("No such company.")
+        return
+    raise Forbidden("This operation needs the operator role.")
+
+
+# --- who am I ---------------------------------------------------------------------------------
+
+router = APIRouter(tags=["identity"])  # full paths, no prefix: metrics label by template
+
+
+class Me(BaseModel):
+    user_id: str
+    company_id: str
+    roles: list[str]
+
+
+@router.get("/v1/me", summary="Who the bearer token says the caller is")
+async def who_am_i(principal: PrincipalDep) -> Me:
+    return Me(
+        user_id=principal.user_id, company_id=principal.company_id, roles=sorted(principal.roles)
+    )

@@ -1,0 +1,133 @@
+"""Command line: serve | worker | migrate | token | openapi (also the `context-memory` script)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from app.config import PROJECT_ROOT, Settings, get_settings, to_asyncpg_url
+
+OPENAPI_PATH = PROJECT_ROOT / "openapi.yaml"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the API (and the in-process worker)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+
+    commands.add_parser("migrate", help="alembic upgrade head")
+
+    token = commands.add_parser("token", help="print a JWT signed with the configured key")
+    token.add_argument("--sub", required=True, help="user id")
+    token.add_argument("--company", required=True, help="company id")
+    token.add_argument("--role", action="append", default=[], choices=["space_admin", "operator"])
+    token.add_argument("--ttl", type=int, default=3600, help="seconds until expiry")
+
+    openapi = commands.add_parser("openapi", help="write openapi.yaml (or --check for drift)")
+    openapi.add_argument("--check", action="store_true")
+    openapi.add_argument("--output", type=Path, default=OPENAPI_PATH)
+
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    if args.command == "serve":
+        return _serve(settings, args.host, args.port)
+    if args.command == "migrate":
+        return _migrate(settings)
+    if args.command == "token":
+        from app.auth import issue_token  # noqa: PLC0415
+
+        print(
+            issue_token(
+                settings,
+                sub=args.sub,
+                company_id=args.company,
+                roles=args.role,
+                ttl_seconds=args.ttl,
+            )
+        )
+        return 0
+    if args.command == "openapi":
+        return _openapi(settings, args.output, check=args.check)
+    parser.error(f"unknown command {args.command}")  # pragma: no cover - argparse exits first
+    return 2  # pragma: no cover
+
+
+def render_openapi(settings: Settings) -> str:
+    from app.main import create_app  # noqa: PLC0415
+
+    spec = create_app(settings).openapi()
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _openapi(settings: Settings, output: Path, *, check: bool) -> int:
+    generated = render_openapi(settings)
+    if check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != generated:
+            print(f"{output} is out of date: run `make openapi`", file=sys.stderr)
+            return 1
+        print(f"{output} is up to date")
+        return 0
+    output.write_text(generated, encoding="utf-8")
+    print(f"wrote {output}")
+    return 0
+
+
+def _migrate(settings: Settings) -> int:
+    from app.db import run_migrations  # noqa: PLC0415
+
+    if settings.database_url:
+        run_migrations(to_asyncpg_url(settings.database_url))
+        print("migrated DATABASE_URL to head")
+        return 0
+    from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+
+    embedded = EmbeddedPostgres(settings.embedded_pg_dir)
+    try:
+        run_migrations(to_asyncpg_url(embedded.start()))
+    finally:
+        embedded.stop()
+    print(f"migrated the embedded database in {settings.embedded_pg_dir} to head")
+    return 0
+
+
+def _serve(settings: Settings, host: str, port: int) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from app.auth import issue_token  # noqa: PLC0415
+    from app.main import create_app  # noqa: PLC0415
+    from app.observability import configure_logging  # noqa: PLC0415
+
+    configure_logging(settings.log_level)
+    where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
+    print(f"Context Memory Service on http://{host}:{port}  database: {where}", flush=True)
+    print(f"Swagger UI: http://{host}:{port}/docs", flush=True)
+    if settings.environment == "development":
+        token = issue_token(
+            settings,
+            sub="alice",
+            company_id="acme",
+            roles=["space_admin", "operator"],
+            ttl_seconds=12 * 3600,
+        )
+        print(f"Development token (alice@acme, space_admin+operator, 12 h):\n{token}", flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

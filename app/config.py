@@ -1,0 +1,137 @@
+"""Settings: the only place configuration is read, from the environment and `.env`.
+
+Environment names marked "contract" are relied on by scripts and deployments; keep them stable.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEV_JWT_SECRET = "dev-only-insecure-secret-change-me"  # noqa: S105 - refused outside development
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+Environment = Literal["development", "test", "production"]
+LlmProvider = Literal["auto", "openai", "rules"]
+ConsolidationStrategy = Literal["operations", "rewrite"]
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Field name == environment variable name (case-insensitive)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    # --- runtime -----------------------------------------------------------------------------
+    environment: Environment = "development"
+    log_level: str = "INFO"  # contract: LOG_LEVEL
+
+    # --- database ----------------------------------------------------------------------------
+    database_url: str | None = None  # contract: DATABASE_URL (unset -> embedded PostgreSQL)
+    embedded_pg_dir: Path = PROJECT_ROOT / "var" / "pg"  # contract: EMBEDDED_PG_DIR
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    db_statement_timeout_ms: int = Field(default=15_000, ge=0)
+    db_unavailable_retry_after_seconds: int = Field(default=5, ge=1)
+
+    # --- auth (contract names) ---------------------------------------------------------------
+    jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
+    jwt_algorithms: Annotated[list[str], NoDecode] = ["HS256"]
+    jwt_issuer: str = "context-memory-dev"
+    jwt_audience: str = "context-memory"
+    jwt_public_key: SecretStr | None = None
+    jwt_private_key: SecretStr | None = None  # only for `token` with RS256/ES256 in development
+    jwt_max_token_bytes: int = Field(default=8192, ge=256)
+    jwt_leeway_seconds: int = Field(default=0, ge=0, le=300)
+
+    # --- HTTP limits -------------------------------------------------------------------------
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_messages_per_request: int = Field(default=200, ge=1)
+    max_message_chars: int = Field(default=100_000, ge=1)
+    idempotency_key_max_length: int = Field(default=255, ge=8)
+    idempotency_ttl_hours: int = Field(default=24, ge=24)
+
+    # --- conversation history ----------------------------------------------------------------
+    history_max_messages: int = Field(default=50, ge=0)
+    history_max_tokens: int = Field(default=8000, ge=0)
+
+    # --- memory profile ----------------------------------------------------------------------
+    memory_max_versions: int = Field(default=50, ge=1)
+    memory_change_guard_share: float = Field(default=0.5, gt=0, le=1)
+
+    # --- language model (contract names) -----------------------------------------------------
+    llm_provider: LlmProvider = "auto"
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_seconds: float = Field(default=30.0, gt=0)
+    azure_openai_endpoint: str | None = None
+    azure_openai_api_version: str | None = None
+    consolidation_strategy: ConsolidationStrategy = "operations"
+    consolidation_gate: bool = True
+
+    # --- worker ------------------------------------------------------------------------------
+    worker_enabled: bool = True  # run the worker inside `serve`
+    worker_concurrency: int = Field(default=2, ge=1, le=64)
+    worker_poll_seconds: float = Field(default=1.0, gt=0)
+    job_lease_seconds: int = Field(default=60, ge=5)
+    job_max_attempts: int = Field(default=5, ge=1)
+    job_batch_size: int = Field(default=10, ge=1)
+
+    @field_validator("jwt_algorithms", mode="before")
+    @classmethod
+    def _split_algorithms(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _known_algorithms(cls, value: list[str]) -> list[str]:
+        allowed = {"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384"}
+        unknown = [alg for alg in value if alg not in allowed]
+        if unknown or not value:
+            raise ValueError(f"JWT_ALGORITHMS must be a non-empty subset of {sorted(allowed)}")
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_dev_secret_outside_development(self) -> Settings:
+        uses_hmac = any(alg.startswith("HS") for alg in self.jwt_algorithms)
+        dev_secret = self.jwt_secret.get_secret_value() == DEV_JWT_SECRET
+        if self.environment != "development" and uses_hmac and dev_secret:
+            raise ValueError(
+                "JWT_SECRET is the built-in development secret; "
+                "set a real secret outside ENVIRONMENT=development"
+            )
+        if any(not alg.startswith("HS") for alg in self.jwt_algorithms) and not (
+            self.jwt_public_key
+        ):
+            raise ValueError("JWT_PUBLIC_KEY is required for RS*/ES* algorithms")
+        return self
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        return not self.database_url
+
+    @property
+    def async_database_url(self) -> str | None:
+        """DATABASE_URL normalised for SQLAlchemy's asyncpg dialect."""
+        return to_asyncpg_url(self.database_url) if self.database_url else None
+
+
+def to_asyncpg_url(url: str) -> str:
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    raise ValueError("DATABASE_URL must start with postgresql:// or postgresql+asyncpg://")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

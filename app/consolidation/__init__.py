@@ -1,0 +1,1 @@
+"""The durable job queue, the consolidation pipeline, its prompts and the offline engine."""

@@ -1,0 +1,1 @@
+"""Conversations domain: stored chat history and the four history modes."""

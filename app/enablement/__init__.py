@@ -1,0 +1,1 @@
+"""Effective enablement of context memory: company flags, space and user settings."""

@@ -1,0 +1,77 @@
+"""Tables of the enablement domain: company flags, space settings, user settings, audit log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CheckConstraint, Identity, Index, String, func, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base
+
+DEFAULT_LANGUAGE_MODEL = "AZURE_GPT_4o_2024_1120"
+DEFAULT_MAX_TOKENS = 2000
+MIN_MAX_TOKENS = 500
+MAX_MAX_TOKENS = 8000
+
+
+class CompanyFeatureFlag(Base):
+    __tablename__ = "company_feature_flags"
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    flag: Mapped[str] = mapped_column(String(128), primary_key=True)
+    enabled: Mapped[bool]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_by: Mapped[str] = mapped_column(String(256))
+
+
+class SpaceSettings(Base):
+    """A space's saved settings; a space with no row reads as its defaults."""
+
+    __tablename__ = "space_settings"
+    __table_args__ = (
+        CheckConstraint(
+            f"max_tokens BETWEEN {MIN_MAX_TOKENS} AND {MAX_MAX_TOKENS}", name="max_tokens_range"
+        ),
+    )
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    space_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # NULL = key absent = enabled (seed: "treated as enabled when the key is absent")
+    context_memory: Mapped[bool | None]
+    web_search: Mapped[bool] = mapped_column(server_default=text("false"))
+    use_orchestrator_language_model: Mapped[bool] = mapped_column(server_default=text("true"))
+    language_model: Mapped[str] = mapped_column(
+        String(128), server_default=text(f"'{DEFAULT_LANGUAGE_MODEL}'")
+    )
+    max_tokens: Mapped[int] = mapped_column(server_default=text(str(DEFAULT_MAX_TOKENS)))
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_by: Mapped[str] = mapped_column(String(256))
+
+
+class UserSettings(Base):
+    __tablename__ = "user_settings"
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    context_memory: Mapped[bool | None]  # NULL = never saved = enabled
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class AuditEvent(Base):
+    """Who changed what, when, old -> new; never memory content."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_company_id_id_desc", "company_id", text("id DESC")),)
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    occurred_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    actor_id: Mapped[str] = mapped_column(String(256))
+    action: Mapped[str] = mapped_column(String(64))
+    target_kind: Mapped[str] = mapped_column(String(32))
+    target_id: Mapped[str] = mapped_column(String(256))
+    old: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    new: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

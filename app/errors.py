@@ -1,0 +1,199 @@
+"""Typed domain errors and the one renderer of RFC 9457 problem+json responses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.db import is_database_unavailable
+from app.observability import current_request_id
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_BASE = "urn:context-memory:problem:"
+
+logger = logging.getLogger("app.errors")
+
+
+class DomainError(Exception):
+    """An error the client caused or can act on; carries its HTTP status and problem type."""
+
+    status: ClassVar[int] = 400
+    title: ClassVar[str] = "Bad request"
+    slug: ClassVar[str] = "bad-request"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: Sequence[Mapping[str, object]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = list(errors) if errors else None
+        self.headers = dict(headers) if headers else {}
+
+
+class Unauthorized(DomainError):
+    status = 401
+    title = "Unauthorized"
+    slug = "unauthorized"
+
+    def __init__(self, detail: str = "invalid token") -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(DomainError):
+    status = 403
+    title = "Forbidden"
+    slug = "forbidden"
+
+
+class NotFound(DomainError):
+    status = 404
+    title = "Not found"
+    slug = "not-found"
+
+
+class Conflict(DomainError):
+    status = 409
+    title = "Conflict"
+    slug = "conflict"
+
+
+class PreconditionFailed(DomainError):
+    status = 412
+    title = "Precondition failed"
+    slug = "precondition-failed"
+
+
+class PayloadTooLarge(DomainError):
+    status = 413
+    title = "Payload too large"
+    slug = "payload-too-large"
+
+
+class Unprocessable(DomainError):
+    status = 422
+    title = "Unprocessable content"
+    slug = "validation"
+
+    @classmethod
+    def field(cls, field: str, message: str) -> Unprocessable:
+        """A 422 naming one offending field (dotted path, as in validation errors)."""
+        return cls(message, errors=[{"field": field, "message": message}])
+
+
+class PreconditionRequired(DomainError):
+    status = 428
+    title = "Precondition required"
+    slug = "precondition-required"
+
+
+class ServiceUnavailable(DomainError):
+    status = 503
+    title = "Service unavailable"
+    slug = "unavailable"
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    slug: str,
+    errors: Sequence[Mapping[str, object]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    request_id = current_request_id()
+    if request_id:
+        body["request_id"] = request_id
+    if errors:
+        body["errors"] = list(errors)
+    return Response(
+        orjson.dumps(body), status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers
+    )
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
+    """Offending fields without echoing the input back (it may be user text)."""
+    out: list[dict[str, object]] = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ())]
+        out.append(
+            {"field": ".".join(loc), "message": str(err.get("msg", "")), "type": err.get("type")}
+        )
+    return out
+
+
+_HTTP_TITLES = {404: ("Not found", "not-found"), 405: ("Method not allowed", "method-not-allowed")}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def domain_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, DomainError)
+        return problem_response(
+            exc.status,
+            exc.title,
+            exc.detail,
+            slug=exc.slug,
+            errors=exc.errors,
+            headers=exc.headers,
+        )
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(
+            422,
+            "Unprocessable content",
+            "The request is invalid; see errors for the offending fields.",
+            slug="validation",
+            errors=_validation_errors(exc),
+        )
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        title, slug = _HTTP_TITLES.get(exc.status_code, ("HTTP error", "http"))
+        detail = exc.detail if isinstance(exc.detail, str) else title
+        if exc.status_code == 404:
+            detail = "No such resource."
+        return problem_response(
+            exc.status_code, title, detail, slug=slug, headers=dict(exc.headers or {})
+        )
+
+    async def unexpected_error(_: Request, exc: Exception) -> Response:
+        if is_database_unavailable(exc):
+            logger.warning("database unavailable: %s", type(exc).__name__)
+            retry_after = str(getattr(app.state, "retry_after_seconds", 5))
+            return problem_response(
+                503,
+                "Service unavailable",
+                "The database is unavailable; retry later.",
+                slug="unavailable",
+                headers={"Retry-After": retry_after},
+            )
+        logger.exception("unhandled error", exc_info=exc)
+        return problem_response(
+            500,
+            "Internal server error",
+            "An unexpected error occurred; quote the request id when reporting it.",
+            slug="internal",
+        )
+
+    app.add_exception_handler(DomainError, domain_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected_error)

@@ -1,0 +1,91 @@
+"""Application factory: lifespan (database, embedded PostgreSQL), middleware, routers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.responses import Response
+
+from app import auth, operations
+from app.auth import TokenVerifier
+from app.config import Settings, get_settings, to_asyncpg_url
+from app.db import create_database, head_revision, is_database_unavailable, run_migrations
+from app.embedded_pg import EmbeddedPostgres
+from app.errors import install_error_handlers, problem_response
+from app.limits import BodySizeLimitMiddleware
+from app.observability import Metrics, RequestContextMiddleware
+
+logger = logging.getLogger("app.main")
+
+API_DESCRIPTION = """
+Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
+user ("What I know about you") plus conversation history resolved by one of four memory modes.
+Every `/v1` route needs `Authorization: Bearer <JWT>`; errors are `application/problem+json`.
+"""
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    embedded: EmbeddedPostgres | None = None
+    url = settings.async_database_url
+    if url is None:
+        embedded = EmbeddedPostgres(settings.embedded_pg_dir)
+        url = to_asyncpg_url(await asyncio.to_thread(embedded.start))
+        await asyncio.to_thread(run_migrations, url)
+    database = create_database(url, settings)
+    app.state.database = database
+    try:
+        yield
+    finally:
+        await database.dispose()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="Context Memory Service",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    metrics = Metrics()
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.token_verifier = TokenVerifier(settings)
+    app.state.head_revision = head_revision()
+    app.state.retry_after_seconds = settings.db_unavailable_retry_after_seconds
+
+    install_error_handlers(app)
+
+    async def render_unexpected(exc: BaseException) -> Response:
+        if is_database_unavailable(exc):
+            metrics.database_unavailable.inc()
+            logger.warning("database unavailable: %s", type(exc).__name__)
+            return problem_response(
+                503,
+                "Service unavailable",
+                "The database is unavailable; retry later.",
+                slug="unavailable",
+                headers={"Retry-After": str(settings.db_unavailable_retry_after_seconds)},
+            )
+        logger.error("unhandled error", exc_info=exc)
+        return problem_response(
+            500,
+            "Internal server error",
+            "An unexpected error occurred; quote the request id when reporting it.",
+            slug="internal",
+        )
+
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
+
+    app.include_router(operations.router)
+    app.include_router(auth.router)
+    return app

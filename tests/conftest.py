@@ -1,0 +1,166 @@
+"""Shared fixtures: a real PostgreSQL database built by the migrations, the app with its
+lifespan run, an HTTP client over ASGI, and a token factory.
+
+The database is `TEST_DATABASE_URL` or `DATABASE_URL` when set, otherwise the embedded
+PostgreSQL in `var/test-pg`. Each test run gets a fresh database; each test starts from empty
+tables (truncated after every test), so tests can commit for real and run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol
+
+import asyncpg
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+from pydantic import SecretStr
+from sqlalchemy import make_url
+
+from app.auth import issue_token
+from app.config import PROJECT_ROOT, Settings, to_asyncpg_url
+from app.db import run_migrations
+from app.embedded_pg import EmbeddedPostgres
+from app.main import create_app
+from app.models import metadata
+
+TEST_JWT_SECRET = "test-secret-" + "x" * 32
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """A `postgresql+asyncpg://` URL of a server we may create databases on."""
+    configured = os.environ.get("TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if configured:
+        yield to_asyncpg_url(configured)
+        return
+    embedded = EmbeddedPostgres(PROJECT_ROOT / "var" / "test-pg")
+    try:
+        yield to_asyncpg_url(embedded.start())
+    finally:
+        embedded.stop()
+
+
+def _asyncpg_dsn(url: str) -> dict[str, Any]:
+    parsed = make_url(url)
+    params: dict[str, Any] = {
+        "user": parsed.username or "postgres",
+        "password": parsed.password or None,
+        "database": parsed.database or "postgres",
+        "host": parsed.query.get("host") or parsed.host or "127.0.0.1",
+    }
+    if parsed.port:
+        params["port"] = parsed.port
+    return params
+
+
+async def admin_execute(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(**_asyncpg_dsn(url))
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def database_url(server_url: str) -> AsyncIterator[str]:
+    """A fresh database for this test run, migrated to head by Alembic."""
+    name = f"cms_test_{uuid.uuid4().hex[:12]}"
+    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    await asyncio.to_thread(run_migrations, url)
+    try:
+        yield url
+    finally:
+        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "environment": "test",
+        "database_url": database_url,
+        "jwt_secret": SecretStr(TEST_JWT_SECRET),
+        "worker_enabled": False,
+        "llm_provider": "rules",
+        "db_pool_size": 5,
+        "db_connect_timeout_seconds": 2.0,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return make_settings(database_url)
+
+
+@pytest.fixture(scope="session")
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    application = create_app(settings)
+    async with LifespanManager(application):
+        yield application
+
+
+@pytest.fixture(autouse=True)
+async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Every test that touched the database leaves it empty for the next one."""
+    yield
+    if "database_url" not in request.fixturenames:
+        return
+    url: str = request.getfixturevalue("database_url")
+    tables = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
+    await admin_execute(url, f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        yield http
+
+
+class TokenFactory(Protocol):
+    def __call__(
+        self,
+        sub: str = "alice",
+        company: str = "acme",
+        roles: tuple[str, ...] = (),
+        **claims: Any,
+    ) -> str: ...
+
+
+class AuthFactory(Protocol):
+    def __call__(
+        self, sub: str = "alice", company: str = "acme", roles: tuple[str, ...] = ()
+    ) -> dict[str, str]: ...
+
+
+@pytest.fixture(scope="session")
+def make_token(settings: Settings) -> TokenFactory:
+    def factory(
+        sub: str = "alice", company: str = "acme", roles: tuple[str, ...] = (), **claims: Any
+    ) -> str:
+        return issue_token(settings, sub=sub, company_id=company, roles=roles, extra_claims=claims)
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def auth(make_token: TokenFactory) -> AuthFactory:
+    """Authorization headers for a user: `auth("bob", "acme", ("space_admin",))`."""
+
+    def factory(
+        sub: str = "alice", company: str = "acme", roles: tuple[str, ...] = ()
+    ) -> dict[str, str]:
+        return {"Authorization": f"Bearer {make_token(sub, company, roles)}"}
+
+    return factory
+
+
+AppFactory = Callable[..., Awaitable[FastAPI]]
