@@ -98,8 +98,12 @@ def is_database_unavailable(error: BaseException) -> bool:
             return True
         if isinstance(
             current,
-            OSError | TimeoutError | asyncio.TimeoutError | asyncpg.exceptions.ConnectionDoesNotExistError
-            | asyncpg.exceptions.CannotConnectNowError | asyncpg.exceptions.InterfaceError,
+            OSError
+            | TimeoutError
+            | asyncio.TimeoutError
+            | asyncpg.exceptions.ConnectionDoesNotExistError
+            | asyncpg.exceptions.CannotConnectNowError
+            | asyncpg.exceptions.InterfaceError,
         ) and not isinstance(current, asyncpg.exceptions.InterfaceWarning):
             return True
         sqlstate = getattr(current, "sqlstate", None)

@@ -8,7 +8,8 @@ from app.errors import PayloadTooLarge, problem_response
 
 
 class BodySizeLimitMiddleware:
-    """Rejects bodies over `max_bytes`: by Content-Length up front, or while streaming."""
+    """Rejects bodies over `max_bytes`: by Content-Length up front, or while buffering a body
+    of unknown length (which is then replayed to the app)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -22,18 +23,35 @@ class BodySizeLimitMiddleware:
         if declared is not None and declared > self.max_bytes:
             await self._reject(scope, receive, send)
             return
+        if declared is not None:
+            # the server enforces Content-Length, so a declared size within the limit holds
+            await self.app(scope, receive, send)
+            return
+        # chunked / unknown length: buffer up to the limit, then replay the body to the app
+        chunks: list[bytes] = []
         received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise PayloadTooLarge(self._detail())
-            return message
+            if message["type"] != "http.request":
+                break
+            body = message.get("body", b"")
+            received += len(body)
+            if received > self.max_bytes:
+                await self._reject(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        await self.app(scope, limited_receive, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     def _detail(self) -> str:
         return f"The request body exceeds the limit of {self.max_bytes} bytes."

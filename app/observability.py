@@ -84,19 +84,27 @@ class Metrics:
             "queue_oldest_age_seconds", "Age of the oldest queued job", registry=self.registry
         )
         self.jobs = Counter(
-            "jobs_total", "Finished job attempts by kind and outcome", ["kind", "outcome"],
+            "jobs_total",
+            "Finished job attempts by kind and outcome",
+            ["kind", "outcome"],
             registry=self.registry,
         )
         self.consolidation_operations = Counter(
-            "consolidation_operations_total", "Profile operations applied by kind", ["op"],
+            "consolidation_operations_total",
+            "Profile operations applied by kind",
+            ["op"],
             registry=self.registry,
         )
         self.consolidations = Counter(
-            "consolidations_total", "Consolidation results (noop or updated)", ["result"],
+            "consolidations_total",
+            "Consolidation results (noop or updated)",
+            ["result"],
             registry=self.registry,
         )
         self.model_tokens = Counter(
-            "model_tokens_total", "Language-model tokens by direction", ["direction"],
+            "model_tokens_total",
+            "Language-model tokens by direction",
+            ["direction"],
             registry=self.registry,
         )
         self.condensations = Counter(
@@ -106,7 +114,8 @@ class Metrics:
             "truncations_total", "Hard truncations of a profile", registry=self.registry
         )
         self.rebases = Counter(
-            "rebases_total", "Consolidations re-run because the profile moved",
+            "rebases_total",
+            "Consolidations re-run because the profile moved",
             registry=self.registry,
         )
 

@@ -50,9 +50,7 @@ async def readyz(request: Request) -> Readiness:
             f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",
             headers={"Retry-After": "5"},
         )
-    return Readiness(
-        status="ready", database="ok", migration=revision, expected_migration=expected
-    )
+    return Readiness(status="ready", database="ok", migration=revision, expected_migration=expected)
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

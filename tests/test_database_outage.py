@@ -1,0 +1,60 @@
+"""A database outage is a 503 with Retry-After, and the service recovers by itself.
+
+Runs against a private embedded PostgreSQL that the test really stops and starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from sqlalchemy import text
+
+from app.config import PROJECT_ROOT, to_asyncpg_url
+from app.db import SessionDep, run_migrations
+from app.embedded_pg import EmbeddedPostgres
+from app.main import create_app
+from tests.conftest import make_settings
+
+
+@pytest.mark.slow
+async def test_outage_gives_503_then_recovers() -> None:
+    (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="outage-") as tmp:
+        data_dir = Path(tmp) / "pg"
+        server = EmbeddedPostgres(data_dir)
+        url = to_asyncpg_url(await asyncio.to_thread(server.start))
+        await asyncio.to_thread(run_migrations, url)
+        app = create_app(make_settings(url, db_connect_timeout_seconds=1.0))
+
+        @app.get("/_probe/count")
+        async def count(session: SessionDep) -> dict[str, int]:
+            return {"one": int((await session.execute(text("SELECT 1"))).scalar_one())}
+
+        try:
+            async with LifespanManager(app):
+                transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+                async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                    assert (await http.get("/_probe/count")).json() == {"one": 1}
+
+                    await asyncio.to_thread(server.stop)
+                    down = await http.get("/_probe/count")
+                    assert down.status_code == 503
+                    assert down.headers["retry-after"] == "5"
+                    assert down.headers["content-type"] == "application/problem+json"
+                    assert (await http.get("/readyz")).status_code == 503
+                    assert (await http.get("/healthz")).status_code == 200  # alive, not ready
+
+                    server = EmbeddedPostgres(data_dir)
+                    await asyncio.to_thread(server.start)
+                    recovered = await http.get("/_probe/count")
+                    assert recovered.status_code == 200, recovered.text
+                    assert (await http.get("/readyz")).status_code == 200
+                    metrics = (await http.get("/metrics")).text
+                    assert "database_unavailable_total 1.0" in metrics
+        finally:
+            await asyncio.to_thread(server.stop)

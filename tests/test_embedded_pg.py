@@ -1,0 +1,130 @@
+"""The embedded PostgreSQL starts, serves and stops cleanly, as root and as an ordinary user."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from app.config import PROJECT_ROOT
+
+SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+import asyncpg
+from app.embedded_pg import EmbeddedPostgres
+
+async def main(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    print(await conn.fetchval("SELECT current_setting('server_version_num')"))
+    await conn.close()
+
+server = EmbeddedPostgres(Path(sys.argv[1]))
+asyncio.run(main(server.start()))
+server.stop()
+print("stopped")
+"""
+
+
+def run_embedded(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", SCRIPT, str(data_dir)]
+    return subprocess.run(
+        command,
+        cwd=PROJECT_ROOT,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def postmaster_running(data_dir: Path) -> bool:
+    return (data_dir / "postmaster.pid").exists()
+
+
+@pytest.mark.slow
+def test_embedded_pg_as_the_current_user() -> None:
+    (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="emb-") as tmp:
+        data_dir = Path(tmp) / "pg"
+        result = run_embedded(data_dir)
+        assert result.returncode == 0, result.stderr[-2000:]
+        version, stopped = result.stdout.split()
+        assert int(version) >= 160000
+        assert stopped == "stopped"
+        assert not postmaster_running(data_dir)  # stopped cleanly on release
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+def test_embedded_pg_as_an_ordinary_user() -> None:
+    """A forked child drops to `nobody` and runs the embedded server in a directory it owns.
+
+    Forking (rather than starting a new interpreter as `nobody`) keeps the already-loaded
+    interpreter: on some machines the Python installation itself is not readable by `nobody`.
+    """
+    import pwd  # noqa: PLC0415
+
+    import warnings  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
+        import fasteners  # noqa: PLC0415
+        import pgserver  # noqa: PLC0415 - loaded before dropping privileges
+        from pgserver.postgres_server import PostgresServer  # noqa: PLC0415
+
+    nobody = pwd.getpwnam("nobody")
+    base = Path(tempfile.mkdtemp(prefix="emb-user-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    data_parent = base / "data"
+    data_parent.mkdir()
+    os.chown(data_parent, nobody.pw_uid, nobody.pw_gid)
+    data_dir = data_parent / "pg"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            # pgserver computed its lock path when root imported it; an ordinary user's
+            # process imports it fresh and gets a runtime dir of its own, as here:
+            runtime = data_parent / "run"
+            runtime.mkdir()
+            PostgresServer.runtime_path = runtime
+            PostgresServer._lock = fasteners.InterProcessLock(runtime / ".lockfile")
+            from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+
+            server = EmbeddedPostgres(data_dir)
+            url = server.start()
+            psql = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+            answer = subprocess.run(
+                [str(psql), url, "-Atc", "SELECT current_user || ' ' || 6*7"],
+                capture_output=True, text=True, check=True, timeout=60,
+            ).stdout.strip()
+            server.stop()
+            os.write(write_end, answer.encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
+            os.write(write_end, f"error: {exc!r}".encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read_end) as pipe:
+            output = pipe.read()
+        assert os.waitstatus_to_exitcode(status) == 0, output
+        assert output == "postgres 42"
+        assert data_dir.stat().st_uid == nobody.pw_uid  # initdb ran as the ordinary user
+        assert not postmaster_running(data_dir)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""Every route declares who may call it; this test fails for a route without a policy.
+
+Policies:
+- public:      no token needed (operations, docs)
+- user:        any valid token; no token -> 401
+- space_admin: role space_admin; no token -> 401, plain user -> 403
+- operator:    role operator; no token -> 401, plain user -> 403
+- company_read: operator, or a space_admin of that company (read-only); no token -> 401,
+               plain user -> 403, space admin of another company -> 404
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+
+from tests.conftest import AuthFactory
+
+# (method, path template) -> policy. Add a row for every route you add.
+ROUTE_POLICIES: dict[tuple[str, str], str] = {
+    ("GET", "/healthz"): "public",
+    ("GET", "/readyz"): "public",
+    ("GET", "/metrics"): "public",
+    ("GET", "/openapi.json"): "public",
+    ("GET", "/docs"): "public",
+    ("GET", "/docs/oauth2-redirect"): "public",
+    ("GET", "/redoc"): "public",
+    ("GET", "/v1/me"): "user",
+}
+
+SAMPLE_PATH_VALUES = {
+    "company_id": "acme",
+    "space_id": "space-1",
+    "chat_id": "chat-1",
+    "job_id": "00000000-0000-0000-0000-000000000000",
+    "flag": "FEATURE_FLAG_ENABLE_CONTEXT_MEMORY_UN_22033",
+    "n": "1",
+}
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    routes: set[tuple[str, str]] = set()
+    for context in iter_route_contexts(app.routes):
+        methods = getattr(context.original_route, "methods", None) or set()
+        for method in methods:
+            if method != "HEAD":
+                routes.add((method, str(context.path)))
+    return routes
+
+
+def concrete(path: str) -> str:
+    return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: SAMPLE_PATH_VALUES.get(m.group(1), "x"), path)
+
+
+def test_every_route_has_a_policy(app: FastAPI) -> None:
+    missing = app_routes(app) - ROUTE_POLICIES.keys()
+    assert not missing, f"routes without a declared policy: {sorted(missing)}"
+    stale = ROUTE_POLICIES.keys() - app_routes(app)
+    assert not stale, f"policies for routes that no longer exist: {sorted(stale)}"
+
+
+PROTECTED = sorted(key for key, policy in ROUTE_POLICIES.items() if policy != "public")
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+async def test_protected_routes_need_a_token(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await client.request(method, concrete(path))
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+ROLE_ROUTES = sorted(
+    key
+    for key, policy in ROUTE_POLICIES.items()
+    if policy in {"space_admin", "operator", "company_read"}
+)
+
+
+@pytest.mark.parametrize(("method", "path"), ROLE_ROUTES)
+async def test_role_routes_refuse_a_plain_user(
+    client: httpx.AsyncClient, auth: AuthFactory, method: str, path: str
+) -> None:
+    response = await client.request(method, concrete(path), headers=auth("mallory", "acme"))
+    assert response.status_code == 403
+
+
+COMPANY_READ = sorted(k for k, p in ROUTE_POLICIES.items() if p == "company_read")
+
+
+@pytest.mark.parametrize(("method", "path"), COMPANY_READ)
+async def test_space_admin_of_another_company_gets_404(
+    client: httpx.AsyncClient, auth: AuthFactory, method: str, path: str
+) -> None:
+    headers = auth("eve", "other-co", ("space_admin",))
+    response = await client.request(method, concrete(path), headers=headers)
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), sorted(k for k, p in ROUTE_POLICIES.items() if p == "public")
+)
+async def test_public_routes_answer_without_a_token(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await client.request(method, concrete(path))
+    assert response.status_code == 200
