@@ -32,7 +32,9 @@ class EmbeddedPostgres:
                     warnings.simplefilter("ignore")
                     import pgserver  # noqa: PLC0415 - heavy import, only when embedded
 
-                    self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+                    self._server = pgserver.get_server(  # type: ignore[attr-defined]
+                        self.data_dir, cleanup_mode="stop"
+                    )
                 logger.info("embedded PostgreSQL running in %s", self.data_dir)
             return str(self._server.get_uri())
 

@@ -13,9 +13,12 @@ from starlette.responses import Response
 from app import auth, operations
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
+from app.consolidation import jobs_router
 from app.db import create_database, head_revision, is_database_unavailable, run_migrations
 from app.embedded_pg import EmbeddedPostgres
+from app.enablement import router as enablement_router
 from app.errors import install_error_handlers, problem_response
+from app.folders import router as folders_router
 from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
 
@@ -88,4 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(operations.router)
     app.include_router(auth.router)
+    app.include_router(enablement_router.router)
+    app.include_router(folders_router.router)
+    app.include_router(jobs_router.router)
     return app

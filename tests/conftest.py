@@ -28,6 +28,7 @@ from app.db import run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.main import create_app
 from app.models import metadata
+from tests.llm_stub import llm_stub_fixture  # noqa: F401 - the `llm_stub` fixture
 
 TEST_JWT_SECRET = "test-secret-" + "x" * 32
 
@@ -92,7 +93,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "db_connect_timeout_seconds": 2.0,
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 @pytest.fixture(scope="session")

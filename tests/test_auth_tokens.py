@@ -66,7 +66,9 @@ def rsa_token() -> str:
 
 def hmac_signed_with(secret: str) -> str:
     """An HS256 token signed by hand (python-jose itself refuses a PEM as an HMAC secret)."""
-    signing_input = f"{b64(orjson.dumps({'alg': 'HS256', 'typ': 'JWT'}))}.{b64(orjson.dumps(claims()))}"
+    signing_input = (
+        f"{b64(orjson.dumps({'alg': 'HS256', 'typ': 'JWT'}))}.{b64(orjson.dumps(claims()))}"
+    )
     digest = hmac.new(secret.encode(), signing_input.encode(), hashlib.sha256).digest()
     return f"{signing_input}.{b64(digest)}"
 
@@ -140,7 +142,9 @@ async def test_rs256_with_public_key(database_url: str) -> None:
         .decode()
     )
     settings: Settings = make_settings(
-        database_url, jwt_algorithms=["RS256"], jwt_public_key=public_pem,
+        database_url,
+        jwt_algorithms=["RS256"],
+        jwt_public_key=public_pem,
         jwt_private_key=private_pem,
     )
     app = create_app(settings)

@@ -62,8 +62,8 @@ def test_env_example_defaults_match_settings() -> None:
     text = (PROJECT_ROOT / ".env.example").read_text()
     values = dict(re.findall(r"^([A-Z][A-Z0-9_]+)=(.*)$", text, flags=re.MULTILINE))
     env = {k: v for k, v in values.items() if k not in {"EMBEDDED_PG_DIR"}}
-    from_file = Settings(_env_file=None, **{k.lower(): v for k, v in env.items()})  # type: ignore[arg-type]
-    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    from_file = Settings(_env_file=None, **{k.lower(): v for k, v in env.items()})
+    defaults = Settings(_env_file=None)
     for name in env:
         assert getattr(from_file, name.lower()) == getattr(defaults, name.lower()), name
 
@@ -88,6 +88,6 @@ def test_dockerfile_lint() -> None:
 
 
 def test_openapi_yaml_matches_the_app() -> None:
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     committed = (PROJECT_ROOT / "openapi.yaml").read_text(encoding="utf-8")
     assert committed == render_openapi(settings), "openapi.yaml drifted: run `make openapi`"

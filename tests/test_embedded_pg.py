@@ -70,7 +70,6 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
     interpreter: on some machines the Python installation itself is not readable by `nobody`.
     """
     import pwd  # noqa: PLC0415
-
     import warnings  # noqa: PLC0415
 
     with warnings.catch_warnings():
@@ -81,7 +80,7 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
 
     nobody = pwd.getpwnam("nobody")
     base = Path(tempfile.mkdtemp(prefix="emb-user-", dir="/tmp"))
-    os.chmod(base, 0o755)
+    os.chmod(base, 0o755)  # noqa: S103 - `nobody` must traverse it
     data_parent = base / "data"
     data_parent.mkdir()
     os.chown(data_parent, nobody.pw_uid, nobody.pw_gid)
@@ -108,12 +107,15 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
             psql = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
             answer = subprocess.run(
                 [str(psql), url, "-Atc", "SELECT current_user || ' ' || 6*7"],
-                capture_output=True, text=True, check=True, timeout=60,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
             ).stdout.strip()
             server.stop()
             os.write(write_end, answer.encode())
             code = 0
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
+        except BaseException as exc:
             os.write(write_end, f"error: {exc!r}".encode())
         finally:
             os._exit(code)

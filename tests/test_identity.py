@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -27,7 +28,8 @@ async def test_unknown_roles_are_dropped(
 
 async def test_cli_token_is_accepted(client: httpx.AsyncClient) -> None:
     env = {"JWT_SECRET": TEST_JWT_SECRET, "PATH": "/usr/bin:/bin", "ENVIRONMENT": "test"}
-    result = subprocess.run(
+    result = await asyncio.to_thread(
+        subprocess.run,
         [
             sys.executable,
             "-m",

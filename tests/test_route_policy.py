@@ -30,6 +30,18 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/docs/oauth2-redirect"): "public",
     ("GET", "/redoc"): "public",
     ("GET", "/v1/me"): "user",
+    ("GET", "/v1/companies/{company_id}/feature-flags"): "operator",
+    ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"): "operator",
+    ("GET", "/v1/companies/{company_id}/audit-events"): "operator",
+    ("GET", "/v1/spaces/{space_id}"): "space_admin",
+    ("PATCH", "/v1/spaces/{space_id}"): "space_admin",
+    ("GET", "/v1/me/settings"): "user",
+    ("PATCH", "/v1/me/settings"): "user",
+    ("GET", "/v1/me/memory/enablement"): "user",
+    ("GET", "/v1/companies/{company_id}/folders/user-memory"): "company_read",
+    ("GET", "/v1/jobs/{job_id}"): "user",
+    ("GET", "/v1/companies/{company_id}/jobs"): "operator",
+    ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): "operator",
 }
 
 SAMPLE_PATH_VALUES = {

@@ -1,0 +1,413 @@
+"""The language-model port and its OpenAI adapter; the only module that imports `openai`.
+
+`ChatModel` is what the consolidation worker calls; `OpenAIChatModel` implements it with the
+OpenAI SDK (`AsyncOpenAI`, or `AsyncAzureOpenAI` when `AZURE_OPENAI_ENDPOINT` is set) with the
+SDK's own retries off, because the job queue owns retries. Every failure leaves as a typed
+`ModelError` that says whether a retry can help and never quotes the prompt or the answer.
+
+`create_chat_model(settings)` picks the engine:
+
+    LLM_PROVIDER  configured (OPENAI_API_KEY, OPENAI_BASE_URL, AZURE_OPENAI_ENDPOINT)  result
+    rules         anything                                                   None
+    auto          none of them                                               None
+    auto          any of them                                                OpenAIChatModel
+    openai        any of them                                                OpenAIChatModel
+    openai        none of them                                               ChatModelConfigError
+
+`None` means "use the offline rule-based consolidator". `OPENAI_BASE_URL` alone is enough for a
+local OpenAI-compatible server (vLLM, llama.cpp, Ollama); a placeholder key is sent then. With
+Azure, `OPENAI_API_KEY` is the Azure key, `AZURE_OPENAI_API_VERSION` is required, and the model
+name of a request is the deployment name.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from types import TracebackType
+from typing import ClassVar, Protocol, Self
+
+import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessage,
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionUserMessageParam,
+)
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.completion_create_params import ResponseFormat
+from openai.types.shared_params import ResponseFormatJSONObject
+
+from app.config import Settings
+
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# Sent when only OPENAI_BASE_URL is configured: local compatible servers ignore the key, but the
+# SDK refuses to build a client without one.
+PLACEHOLDER_API_KEY = "no-key-configured"
+
+# Identifiers from an error body (code, type, request id) or a model name may appear in our
+# messages; anything else from the server is dropped because it may quote the prompt.
+_SAFE_IDENTIFIER = re.compile(r"[A-Za-z0-9_.:/@+-]{1,100}")
+
+
+# --- the port ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One system + user exchange. `model` is chosen per call (space setting or default)."""
+
+    model: str
+    system: str
+    user: str
+    max_output_tokens: int
+    json_mode: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """The answer text and its accounting. `model` is the model the server says answered."""
+
+    text: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    finish_reason: str | None
+
+
+class ChatModel(Protocol):
+    """A language model that answers one chat request; raises `ModelError` on failure."""
+
+    async def complete(self, request: ChatRequest) -> ChatResult: ...
+
+
+# --- typed failures ------------------------------------------------------------------------
+
+
+class ModelError(Exception):
+    """A model call failed. Messages name the failure, never the prompt or the answer.
+
+    `retryable` tells the job queue whether the same request may succeed later;
+    `retry_after_seconds` is the server's requested delay when it gave one; `error_class` is a
+    short stable name for job records and metrics.
+    """
+
+    error_class: ClassVar[str] = "model_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.retry_after_seconds = retry_after_seconds
+
+
+class ModelTimeout(ModelError):
+    """No answer within the configured timeout (or the server answered 408)."""
+
+    error_class = "model_timeout"
+    retryable = True
+
+
+class ModelUnavailable(ModelError):
+    """Connection failed or the server answered 5xx (or 409, which the API uses for lock
+    timeouts)."""
+
+    error_class = "model_unavailable"
+    retryable = True
+
+
+class ModelRateLimited(ModelError):
+    """HTTP 429; `retry_after_seconds` from `retry-after-ms` or `Retry-After` when present."""
+
+    error_class = "model_rate_limited"
+    retryable = True
+
+
+class ModelRefused(ModelError):
+    """The model refused (`refusal` set) or the content filter stopped it."""
+
+    error_class = "model_refused"
+    retryable = False
+
+
+class ModelOutputTruncated(ModelError):
+    """The answer hit `max_output_tokens` (finish_reason "length"); retrying repeats it."""
+
+    error_class = "model_output_truncated"
+    retryable = False
+
+
+class ModelBadRequest(ModelError):
+    """A 4xx other than 408/409/429: bad key, unknown model, rejected parameters."""
+
+    error_class = "model_bad_request"
+    retryable = False
+
+
+class ModelInvalidResponse(ModelError):
+    """HTTP 200 whose body is not a chat completion (broken JSON, HTML, no choices).
+
+    Retryable: it is a transport or gateway fault, not the model's answer, and the queue bounds
+    the attempts. Well-formed completions whose *text* is unusable are the caller's concern.
+    """
+
+    error_class = "model_invalid_response"
+    retryable = True
+
+
+class ChatModelConfigError(ValueError):
+    """The language-model settings cannot work; raised at startup, not per call."""
+
+
+# --- the OpenAI adapter --------------------------------------------------------------------
+
+
+class OpenAIChatModel:
+    """`ChatModel` over the OpenAI SDK. One HTTP client per instance; call `aclose()` at
+    shutdown. SDK retries are off: one `complete` is exactly one HTTP request."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout_seconds: float,
+        azure_endpoint: str | None = None,
+        azure_api_version: str | None = None,
+    ) -> None:
+        self._timeout_seconds = timeout_seconds
+        self._client: openai.AsyncOpenAI
+        if azure_endpoint:
+            if base_url:
+                raise ChatModelConfigError(
+                    "OPENAI_BASE_URL and AZURE_OPENAI_ENDPOINT are mutually exclusive"
+                )
+            if not azure_api_version:
+                raise ChatModelConfigError(
+                    "AZURE_OPENAI_API_VERSION is required with AZURE_OPENAI_ENDPOINT"
+                )
+            if not api_key:
+                raise ChatModelConfigError(
+                    "OPENAI_API_KEY (the Azure key) is required with AZURE_OPENAI_ENDPOINT"
+                )
+            self._client = openai.AsyncAzureOpenAI(
+                azure_endpoint=azure_endpoint,
+                api_version=azure_api_version,
+                api_key=api_key,
+                timeout=timeout_seconds,
+                max_retries=0,
+            )
+        else:
+            if not api_key and not base_url:
+                raise ChatModelConfigError("OPENAI_API_KEY or OPENAI_BASE_URL is required")
+            self._client = openai.AsyncOpenAI(
+                api_key=api_key or PLACEHOLDER_API_KEY,
+                base_url=base_url or DEFAULT_OPENAI_BASE_URL,
+                timeout=timeout_seconds,
+                max_retries=0,
+            )
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Send one chat completion; raise a `ModelError` subclass on any failure.
+
+        The SDK exception is suppressed (`from None`): its message can quote the server's error
+        body, which may echo the prompt, and a chained cause would carry it into logs.
+        """
+        messages: list[ChatCompletionMessageParam] = [
+            ChatCompletionSystemMessageParam(role="system", content=request.system),
+            ChatCompletionUserMessageParam(role="user", content=request.user),
+        ]
+        response_format: ResponseFormat | openai.Omit = (
+            ResponseFormatJSONObject(type="json_object") if request.json_mode else openai.omit
+        )
+        try:
+            completion = await self._client.chat.completions.create(
+                model=request.model,
+                messages=messages,
+                max_completion_tokens=request.max_output_tokens,
+                response_format=response_format,
+            )
+        except openai.APITimeoutError:
+            raise ModelTimeout(
+                f"no answer from the language model within {self._timeout_seconds:g} s"
+                f"{_for_model(request.model)}"
+            ) from None
+        except openai.APIConnectionError:
+            raise ModelUnavailable(
+                f"could not connect to the language model server{_for_model(request.model)}"
+            ) from None
+        except openai.APIStatusError as err:
+            raise _status_error(err, request.model) from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError):
+            raise _invalid_response(request.model) from None
+        except openai.OpenAIError as err:
+            raise ModelError(
+                f"the language model client failed ({type(err).__name__})"
+                f"{_for_model(request.model)}"
+            ) from None
+        return _chat_result(completion, request)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and its pooled connections."""
+        await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def create_chat_model(settings: Settings) -> OpenAIChatModel | None:
+    """The configured model, or None for the offline rule-based engine (see module table)."""
+    if settings.llm_provider == "rules":
+        return None
+    api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    configured = bool(api_key or settings.openai_base_url or settings.azure_openai_endpoint)
+    if not configured:
+        if settings.llm_provider == "openai":
+            raise ChatModelConfigError(
+                "LLM_PROVIDER=openai needs OPENAI_API_KEY, OPENAI_BASE_URL or AZURE_OPENAI_ENDPOINT"
+            )
+        return None
+    return OpenAIChatModel(
+        api_key=api_key,
+        base_url=settings.openai_base_url,
+        timeout_seconds=settings.llm_timeout_seconds,
+        azure_endpoint=settings.azure_openai_endpoint,
+        azure_api_version=settings.azure_openai_api_version,
+    )
+
+
+# --- mapping SDK results and errors --------------------------------------------------------
+
+
+def _chat_result(completion: object, request: ChatRequest) -> ChatResult:
+    """Read the first choice defensively: non-strict SDK parsing accepts any JSON shape."""
+    if not isinstance(completion, ChatCompletion):  # a non-JSON content type arrives as str
+        raise _invalid_response(request.model)
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Choice):
+        raise _invalid_response(request.model)
+    message = getattr(choices[0], "message", None)
+    if not isinstance(message, ChatCompletionMessage):
+        raise _invalid_response(request.model)
+    finish_reason = getattr(choices[0], "finish_reason", None)
+    if not isinstance(finish_reason, str):
+        finish_reason = None
+    refusal = getattr(message, "refusal", None)
+    if (isinstance(refusal, str) and refusal) or finish_reason == "content_filter":
+        raise ModelRefused(
+            f"the language model refused the request (finish_reason {_safe(finish_reason)})"
+            f"{_for_model(request.model)}"
+        )
+    if finish_reason == "length":
+        raise ModelOutputTruncated(
+            f"the answer was cut off at max_output_tokens={request.max_output_tokens}"
+            f"{_for_model(request.model)}"
+        )
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        raise _invalid_response(request.model)
+    served_model = getattr(completion, "model", None)
+    usage = getattr(completion, "usage", None)
+    return ChatResult(
+        text=content or "",
+        model=served_model if isinstance(served_model, str) and served_model else request.model,
+        tokens_in=_token_count(usage, "prompt_tokens"),
+        tokens_out=_token_count(usage, "completion_tokens"),
+        finish_reason=finish_reason,
+    )
+
+
+def _invalid_response(model: str) -> ModelInvalidResponse:
+    return ModelInvalidResponse(
+        f"the language model server sent a body that is not a chat completion{_for_model(model)}"
+    )
+
+
+def _token_count(usage: object, field: str) -> int:
+    value = getattr(usage, field, None)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _status_error(err: openai.APIStatusError, model: str) -> ModelError:
+    status = err.status_code
+    detail = f"HTTP {status}"
+    reason = _safe(err.code) or _safe(err.type)
+    if reason:
+        detail += f" ({reason})"
+    detail += _for_model(model)
+    request_id = _safe(err.request_id)
+    if request_id:
+        detail += f", request id {request_id}"
+    if status == 429:
+        return ModelRateLimited(
+            f"the language model server is rate-limiting: {detail}",
+            status_code=status,
+            retry_after_seconds=parse_retry_after(err.response.headers, now=time.time()),
+        )
+    if status >= 500 or status == 409:
+        return ModelUnavailable(
+            f"the language model server failed: {detail}",
+            status_code=status,
+            retry_after_seconds=parse_retry_after(err.response.headers, now=time.time()),
+        )
+    if status == 408:
+        return ModelTimeout(f"the language model server timed out: {detail}", status_code=status)
+    return ModelBadRequest(
+        f"the language model server rejected the request: {detail}", status_code=status
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float) -> float | None:
+    """Seconds the server asks us to wait: `retry-after-ms`, else `Retry-After` as seconds or
+    an HTTP-date (relative to `now`, never negative). None when absent or unreadable."""
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw) / divisor
+        except ValueError:
+            continue
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    raw_date = headers.get("retry-after")
+    if not raw_date:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(raw_date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if parsed.tzinfo is None:  # "-0000" zone: UTC per RFC 5322
+        parsed = parsed.replace(tzinfo=UTC)
+    return max(parsed.timestamp() - now, 0.0)
+
+
+def _safe(value: object) -> str | None:
+    return value if isinstance(value, str) and _SAFE_IDENTIFIER.fullmatch(value) else None
+
+
+def _for_model(model: str) -> str:
+    safe = _safe(model)
+    return f" for model {safe}" if safe else ""
