@@ -84,7 +84,7 @@ def render_body(profile: Profile) -> str:
     """Everything after the frontmatter, starting at ``# User Memory``."""
     blocks = [TITLE_LINE]
     for section, bullets in profile.sections:
-        lines = [f"## {section.value}", *(f"- {bullet}" for bullet in bullets)]
+        lines = [_heading(section), *(f"- {bullet}" for bullet in bullets)]
         blocks.append("\n".join(lines if bullets else [*lines, EMPTY_PLACEHOLDER]))
     if profile.truncated:
         blocks.append(TRUNCATION_MARKER)
@@ -199,7 +199,7 @@ def _skip_frontmatter(lines: list[str]) -> int:
     first = next((i for i, line in enumerate(lines) if line), len(lines))
     if first < len(lines) and lines[first] == FRONTMATTER_DELIMITER:
         return _closing_delimiter(lines, first, limit=len(lines)) + 1
-    return first
+    return 0
 
 
 def _closing_delimiter(lines: list[str], opening: int, *, limit: int) -> int:
@@ -230,34 +230,33 @@ class _BodyReader:
     def read(self, start: int, frontmatter: Frontmatter) -> Profile:
         index = self._skip_blank(start)
         if index >= len(self.lines) or self.lines[index] != TITLE_LINE:
-            raise _error(index, f"expected {TITLE_LINE!r}, found {self._describe(index)}")
+            raise self._unexpected(index, repr(TITLE_LINE))
         index += 1
         sections: dict[Section, list[str]] = {}
         truncated = False
         for section in SECTIONS:
             index = self._skip_blank(index)
-            heading = f"## {section.value}"
-            if index >= len(self.lines) or self.lines[index] != heading:
-                raise _error(index, f"expected {heading!r}, found {self._describe(index)}")
+            if index >= len(self.lines) or self.lines[index] != _heading(section):
+                raise self._unexpected(index, repr(_heading(section)))
             index, sections[section], truncated = self._read_section(index, section)
-        index = self._skip_blank(index)
-        if index < len(self.lines):
-            raise _error(index, f"unexpected line after the last section: {self._describe(index)}")
         return Profile.from_sections(frontmatter, sections, truncated=truncated)
 
     def _read_section(self, heading: int, section: Section) -> tuple[int, list[str], bool]:
+        """Read up to the next heading; return its index, the bullets and the truncation flag."""
+        following = SECTIONS.index(section) + 1
+        next_heading = _heading(SECTIONS[following]) if following < len(SECTIONS) else None
         bullets: list[str] = []
         placeholder = False
         index = heading + 1
         while index < len(self.lines):
             line = self.lines[index]
-            if not line.strip():
-                index += 1
-                continue
             if line.startswith("#"):
+                if line != next_heading:
+                    raise self._unexpected(index, repr(next_heading or "the end of the document"))
                 break
             if line == TRUNCATION_MARKER:
-                self._require_last(index, section)
+                if next_heading is not None or self._skip_blank(index + 1) < len(self.lines):
+                    raise _error(index, "the truncation marker may only be the last line")
                 return len(self.lines), bullets, True
             if line == EMPTY_PLACEHOLDER or line.startswith("- ") or line == "-":
                 if placeholder or (bullets and line == EMPTY_PLACEHOLDER):
@@ -267,13 +266,13 @@ class _BodyReader:
                 placeholder = line == EMPTY_PLACEHOLDER
                 if not placeholder:
                     bullets.extend(self._bullet(index, line[2:]))
-                index += 1
-                continue
-            raise _error(
-                index,
-                f"expected a '- ' bullet or {EMPTY_PLACEHOLDER!r} in {section.value!r}, "
-                f"found {preview(line)}",
-            )
+            elif line.strip():
+                raise _error(
+                    index,
+                    f"expected a '- ' bullet or {EMPTY_PLACEHOLDER!r} in {section.value!r}, "
+                    f"found {preview(line)}",
+                )
+            index += 1
         if not bullets and not placeholder and not self.lenient:
             raise _error(
                 heading, f"empty section {section.value!r} must hold {EMPTY_PLACEHOLDER!r}"
@@ -288,17 +287,18 @@ class _BodyReader:
             raise _error(index, f"bullet is empty or not in sanitised form: {preview(text)}")
         return [text]
 
-    def _require_last(self, index: int, section: Section) -> None:
-        rest = self._skip_blank(index + 1)
-        if section is not SECTIONS[-1] or rest < len(self.lines):
-            raise _error(index, "the truncation marker may only be the last line of the document")
-
     def _skip_blank(self, index: int) -> int:
         while index < len(self.lines) and not self.lines[index].strip():
             index += 1
         return index
 
-    def _describe(self, index: int) -> str:
+    def _unexpected(self, index: int, expected: str) -> ProfileFormatError:
         if index >= len(self.lines):
-            return "the end of the document"
-        return preview(self.lines[index])
+            return _error(
+                len(self.lines) - 1, f"expected {expected}, found the end of the document"
+            )
+        return _error(index, f"expected {expected}, found {preview(self.lines[index])}")
+
+
+def _heading(section: Section) -> str:
+    return f"## {section.value}"

@@ -61,8 +61,8 @@ class Frontmatter:
             raise ProfileFormatError(
                 f"user_id {preview(self.user_id)} must be non-empty, printable, without spaces"
             )
-        if _not_int(self.schema_version) or self.schema_version < 1:
-            raise ProfileFormatError("schema_version must be a positive integer")
+        if _not_int(self.schema_version) or self.schema_version != SCHEMA_VERSION:
+            raise ProfileFormatError(f"schema_version must be {SCHEMA_VERSION}")
         if _not_int(self.turn_count) or self.turn_count < 0:
             raise ProfileFormatError("turn_count must be a non-negative integer")
         if self.last_updated is not None:
