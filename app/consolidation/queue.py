@@ -1,0 +1,624 @@
+"""The durable PostgreSQL job queue: enqueue, claim under a lease, heartbeat, finish, dead-letter.
+
+All SQL over the `jobs` table lives here (SQLAlchemy Core; no ORM objects are loaded).
+
+Clock: every timestamp is PostgreSQL's `now()` (the start of the current transaction), so workers
+on hosts with skewed clocks agree on leases and `run_after`. Functions taking `now` use that
+instant instead (tests step time with it). `created_at` is `clock_timestamp()`, so jobs enqueued
+in one transaction keep their order.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal, TypedDict, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Row,
+    Table,
+    and_,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from app.consolidation.models import Job
+from app.errors import Conflict, NotFound, Unprocessable
+from app.pagination import Page, PageRequest, page_of
+
+JobKind = Literal["consolidation", "condensation"]
+JobStatus = Literal["queued", "running", "retrying", "succeeded", "dead"]
+JobOutcome = Literal["noop", "updated"]
+FailResult = Literal["retrying", "dead", "lease_lost"]
+JobPayload = dict[str, str | list[str] | None]
+Executor = AsyncSession | AsyncConnection
+
+BACKOFF_BASE_SECONDS: Final = 2.0
+BACKOFF_FACTOR: Final = 2.0
+BACKOFF_CAP_SECONDS: Final = 300.0
+ERROR_MESSAGE_MAX_CHARS: Final = 512
+PAYLOAD_VALUE_MAX_CHARS: Final = 256
+PENDING_STATUSES: Final = ("queued", "retrying", "running")
+WAITING_STATUSES: Final = ("queued", "retrying", "running", "dead")
+LEASE_EXPIRED_CLASS: Final = "LeaseExpired"
+LEASE_EXPIRED_MESSAGE: Final = "The worker lost its lease on the last attempt (stopped or hung)."
+
+JOBS: Final = cast(Table, Job.__table__)
+_LOCK_NAMESPACE: Final = "context-memory.jobs:"
+_ERROR_CLASS = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """One job of a claim. `attempts` already counts the attempt this claim started."""
+
+    id: uuid.UUID
+    payload: JobPayload
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker holds: jobs of one user and kind, in created order, under one lease."""
+
+    company_id: str
+    user_id: str
+    kind: JobKind
+    lease_token: uuid.UUID
+    jobs: tuple[JobRef, ...]
+
+    @property
+    def job_ids(self) -> list[uuid.UUID]:
+        return [job.id for job in self.jobs]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as stored (its payload holds ids only)."""
+
+    company_id: str
+    id: uuid.UUID
+    user_id: str
+    kind: JobKind
+    status: JobStatus
+    payload: JobPayload
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    outcome: JobOutcome | None
+    version: int | None
+    error_class: str | None
+    error_message: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class QueueStats(TypedDict):
+    depth: dict[str, int]  # jobs per status in WAITING_STATUSES (zeros included)
+    oldest_age_seconds: float  # how long the most overdue claimable job has waited; 0 if none
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+
+async def enqueue_job(
+    session: AsyncSession,
+    *,
+    company_id: str,
+    user_id: str,
+    kind: JobKind,
+    payload: JobPayload,
+    max_attempts: int,
+) -> uuid.UUID:
+    """Queue a job inside the caller's transaction (executed, never committed here).
+
+    The payload holds ids only (turn ids, space id, model name), never user text: each value is
+    a string of at most 256 characters without line breaks, a list of such, or null.
+    """
+    _check_payload(payload)
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    job_id = uuid.uuid4()
+    await session.execute(
+        insert(JOBS).values(
+            company_id=company_id,
+            id=job_id,
+            user_id=user_id,
+            kind=kind,
+            status="queued",
+            payload=payload,
+            attempts=0,
+            max_attempts=max_attempts,
+            created_at=func.clock_timestamp(),
+        )
+    )
+    return job_id
+
+
+def _check_payload(payload: Mapping[str, object]) -> None:
+    for key, value in payload.items():
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if item is None:
+                continue
+            if (
+                not isinstance(item, str)
+                or len(item) > PAYLOAD_VALUE_MAX_CHARS
+                or "\n" in item
+                or "\r" in item
+            ):
+                raise ValueError(f"job payload field {key!r} must hold ids only")
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+async def claim_next_job(
+    engine: AsyncEngine,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    batch_size: int,
+    now: datetime | None = None,
+) -> ClaimedJob | None:
+    """Claim the oldest claimable job, coalesced with its owner's waiting jobs, in one short
+    READ COMMITTED transaction. None when nothing is claimable.
+
+    Claimable: `queued`/`retrying` with `run_after <= now`, or `running` with an expired lease
+    (its worker died). A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone
+    cannot ensure that: two workers may lock two *different* rows of one user, and neither sees
+    the other's uncommitted claim in its `NOT EXISTS` check. So a claimer first takes a
+    transaction-level advisory lock on (company_id, user_id) with `pg_try_advisory_xact_lock`
+    (never waits; a user whose lock is taken is passed over), and only then, in a *new*
+    statement, hence a new READ COMMITTED snapshot, re-checks that the user has no job running
+    under a live lease and locks their rows. Any claim that committed before our lock was
+    granted is visible to that snapshot; none can commit while we hold it. The lock is released
+    at commit, when our own `running` rows have become visible to others.
+
+    Coalescing: a consolidation claim absorbs the user's other claimable consolidation jobs in
+    created order, up to `batch_size` jobs in all, under the same lease. A condensation job is
+    claimed alone. Every claimed job's `attempts` grows by one now. A job whose lease expired on
+    its last attempt is dead-lettered (`LeaseExpired`) instead of run again.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    clock = _clock(now)
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="READ COMMITTED")
+        async with conn.begin():
+            passed_over: list[tuple[str, str]] = []
+            while (owner := await _oldest_claimable_owner(conn, clock, passed_over)) is not None:
+                if await _try_lock_owner(conn, *owner):
+                    claimed = await _claim_for_owner(
+                        conn,
+                        *owner,
+                        clock=clock,
+                        worker_id=worker_id,
+                        lease_seconds=lease_seconds,
+                        batch_size=batch_size,
+                    )
+                    if claimed is not None:
+                        return claimed
+                passed_over.append(owner)
+    return None
+
+
+def _clock(now: datetime | None) -> ColumnElement[datetime]:
+    if now is None:
+        return func.now()
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return literal(now, DateTime(timezone=True))
+
+
+def _claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
+    waiting = and_(JOBS.c.status.in_(("queued", "retrying")), JOBS.c.run_after <= clock)
+    abandoned = and_(JOBS.c.status == "running", JOBS.c.lease_expires_at < clock)
+    return waiting | abandoned
+
+
+def _owner_has_live_lease(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
+    live = JOBS.alias("live")
+    return exists().where(
+        live.c.company_id == JOBS.c.company_id,
+        live.c.user_id == JOBS.c.user_id,
+        live.c.status == "running",
+        live.c.lease_expires_at >= clock,
+    )
+
+
+async def _oldest_claimable_owner(
+    conn: AsyncConnection, clock: ColumnElement[datetime], passed_over: Sequence[tuple[str, str]]
+) -> tuple[str, str] | None:
+    """A plain read (no row locks): its snapshot may be stale; `_claim_for_owner` re-checks."""
+    query = (
+        select(JOBS.c.company_id, JOBS.c.user_id)
+        .where(_claimable(clock), ~_owner_has_live_lease(clock))
+        .order_by(JOBS.c.created_at, JOBS.c.id)
+        .limit(1)
+    )
+    if passed_over:
+        query = query.where(tuple_(JOBS.c.company_id, JOBS.c.user_id).not_in(passed_over))
+    row = (await conn.execute(query)).first()
+    return None if row is None else (row.company_id, row.user_id)
+
+
+async def _try_lock_owner(conn: AsyncConnection, company_id: str, user_id: str) -> bool:
+    """Transaction-level advisory lock on the user. Hash collisions only over-serialize."""
+    key = func.pg_try_advisory_xact_lock(
+        func.hashtext(_LOCK_NAMESPACE + company_id), func.hashtext(user_id)
+    )
+    return bool((await conn.execute(select(key))).scalar_one())
+
+
+async def _claim_for_owner(
+    conn: AsyncConnection,
+    company_id: str,
+    user_id: str,
+    *,
+    clock: ColumnElement[datetime],
+    worker_id: str,
+    lease_seconds: float,
+    batch_size: int,
+) -> ClaimedJob | None:
+    owned = and_(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
+    await _dead_letter_exhausted_leases(conn, owned, clock)
+    columns = (JOBS.c.id, JOBS.c.kind, JOBS.c.payload, JOBS.c.max_attempts, JOBS.c.created_at)
+    in_order = (JOBS.c.created_at, JOBS.c.id)
+    head = (
+        await conn.execute(
+            select(*columns)
+            .where(owned, _claimable(clock), ~_owner_has_live_lease(clock))
+            .order_by(*in_order)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=JOBS)
+        )
+    ).first()
+    if head is None:
+        return None
+    rows = [head]
+    if head.kind == "consolidation" and batch_size > 1:
+        rows += (
+            await conn.execute(
+                select(*columns)
+                .where(owned, JOBS.c.kind == "consolidation", JOBS.c.id != head.id)
+                .where(_claimable(clock))
+                .order_by(*in_order)
+                .limit(batch_size - 1)
+                .with_for_update(skip_locked=True, of=JOBS)
+            )
+        ).all()
+    token = uuid.uuid4()
+    claimed = await conn.execute(
+        update(JOBS)
+        .where(JOBS.c.company_id == company_id, JOBS.c.id.in_([row.id for row in rows]))
+        .values(
+            status="running",
+            attempts=JOBS.c.attempts + 1,
+            lease_token=token,
+            lease_expires_at=clock + timedelta(seconds=lease_seconds),
+            locked_by=worker_id[:128],
+            updated_at=clock,
+        )
+        .returning(JOBS.c.id, JOBS.c.attempts)
+    )
+    attempts: dict[uuid.UUID, int] = dict(claimed.all())
+    refs = tuple(
+        JobRef(row.id, row.payload, attempts[row.id], row.max_attempts, row.created_at)
+        for row in rows
+    )
+    return ClaimedJob(company_id, user_id, cast(JobKind, head.kind), token, refs)
+
+
+async def _dead_letter_exhausted_leases(
+    conn: AsyncConnection, owned: ColumnElement[bool], clock: ColumnElement[datetime]
+) -> None:
+    """A job whose worker vanished on its last attempt is not run again (a poison job could
+    otherwise kill workers forever)."""
+    exhausted = (
+        select(JOBS.c.id)
+        .where(owned, JOBS.c.status == "running", JOBS.c.lease_expires_at < clock)
+        .where(JOBS.c.attempts >= JOBS.c.max_attempts)
+        .with_for_update(skip_locked=True)
+    )
+    await conn.execute(
+        update(JOBS)
+        .where(owned, JOBS.c.id.in_(exhausted))
+        .values(
+            status="dead",
+            error_class=LEASE_EXPIRED_CLASS,
+            error_message=LEASE_EXPIRED_MESSAGE,
+            lease_token=None,
+            lease_expires_at=None,
+            finished_at=clock,
+            updated_at=clock,
+        )
+    )
+
+
+# --- while running, and after -----------------------------------------------------------------
+
+
+def _held(claimed: ClaimedJob) -> ColumnElement[bool]:
+    """The claim's rows, only while its lease token still stands (the fence)."""
+    return and_(
+        JOBS.c.company_id == claimed.company_id,
+        JOBS.c.id.in_(claimed.job_ids),
+        JOBS.c.status == "running",
+        JOBS.c.lease_token == claimed.lease_token,
+    )
+
+
+async def heartbeat(
+    engine: AsyncEngine, claimed: ClaimedJob, lease_seconds: float, *, now: datetime | None = None
+) -> bool:
+    """Extend the lease to now + `lease_seconds`. False = the lease is lost for at least one job
+    (re-claimed after expiry, or deleted by an opt-out): the worker must stop and write nothing.
+    An expired lease nobody re-claimed yet is still ours and is extended."""
+    clock = _clock(now)
+    async with engine.begin() as conn:
+        extended = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(lease_expires_at=clock + timedelta(seconds=lease_seconds), updated_at=clock)
+            .returning(JOBS.c.id)
+        )
+        return len(extended.all()) == len(claimed.jobs)
+
+
+async def complete_jobs(
+    executor: Executor,
+    claimed: ClaimedJob,
+    *,
+    outcome: JobOutcome,
+    version: int | None,
+    now: datetime | None = None,
+) -> bool:
+    """Mark the claim's jobs succeeded, in the caller's transaction: call it in the transaction
+    that writes the profile version, so both commit or neither does.
+
+    All or nothing: if any job's lease token changed (re-claimed after expiry) or the job is gone,
+    nothing is written and False is returned; the caller must then roll back its transaction.
+    The rows stay locked until the caller commits, so a re-claim cannot slip in between.
+    """
+    clock = _clock(now)
+    held = await executor.execute(select(JOBS.c.id).where(_held(claimed)).with_for_update())
+    if len(held.all()) != len(claimed.jobs):
+        return False
+    await executor.execute(
+        update(JOBS)
+        .where(_held(claimed))
+        .values(
+            status="succeeded",
+            outcome=outcome,
+            version=version,
+            error_class=None,
+            error_message=None,
+            lease_token=None,
+            lease_expires_at=None,
+            finished_at=clock,
+            updated_at=clock,
+        )
+    )
+    return True
+
+
+def backoff_seconds(
+    attempts: int, *, retry_after_seconds: float | None = None, jitter: float | None = None
+) -> float:
+    """Delay before the next attempt: full jitter, uniform in [0, min(cap, base * 2^(n-1))]
+    (2 s, 4 s, ... capped at 5 min), but at least the model's Retry-After (itself capped)."""
+    exponent = min(max(attempts - 1, 0), 30)
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * BACKOFF_FACTOR**exponent)
+    fraction = random.random() if jitter is None else jitter  # noqa: S311 - jitter, not a secret
+    delay = ceiling * min(max(fraction, 0.0), 1.0)
+    if retry_after_seconds is not None and retry_after_seconds > 0:
+        delay = max(delay, min(retry_after_seconds, BACKOFF_CAP_SECONDS))
+    return delay
+
+
+async def fail_jobs(
+    engine: AsyncEngine,
+    claimed: ClaimedJob,
+    *,
+    error_class: str,
+    error_message: str,
+    retryable: bool,
+    retry_after_seconds: float | None = None,
+    now: datetime | None = None,
+) -> FailResult:
+    """Record a failed attempt: each job retries after `backoff_seconds` if `retryable` and it
+    has attempts left, else it is dead-lettered.
+
+    Contract: `error_class` is an identifier (e.g. `RateLimited`, `MalformedOutput`) and
+    `error_message` a fixed description written by the caller's author, never `str(exc)` of a
+    model error nor anything derived from the model's output or the user's text; both are shown
+    to operators. The message is stripped of control characters and cut to 512 characters.
+
+    Returns "retrying" if any job will run again, "dead" if all were dead-lettered, and
+    "lease_lost" if the lease was no longer held (nothing written).
+    """
+    if not _ERROR_CLASS.match(error_class):
+        raise ValueError("error_class must be an identifier of at most 64 characters")
+    message = _CONTROL_CHARS.sub(" ", error_message).strip()[:ERROR_MESSAGE_MAX_CHARS]
+    clock = _clock(now)
+    delay = backoff_seconds(
+        max(job.attempts for job in claimed.jobs), retry_after_seconds=retry_after_seconds
+    )
+    retry = JOBS.c.attempts < JOBS.c.max_attempts if retryable else false()
+    async with engine.begin() as conn:
+        failed = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(
+                status=case((retry, "retrying"), else_="dead"),
+                run_after=case((retry, clock + timedelta(seconds=delay)), else_=JOBS.c.run_after),
+                finished_at=case((retry, null()), else_=clock),
+                error_class=error_class,
+                error_message=message,
+                lease_token=None,
+                lease_expires_at=None,
+                updated_at=clock,
+            )
+            .returning(JOBS.c.status)
+        )
+        statuses = set(failed.scalars().all())
+    if not statuses:
+        return "lease_lost"
+    return "retrying" if "retrying" in statuses else "dead"
+
+
+async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:
+    """Graceful shutdown: hand the claim back untouched. The attempt did not happen, so
+    `attempts` goes back down; a job that had failed before returns to `retrying`, others to
+    `queued`; `run_after` is kept (already due). Returns how many jobs were put back."""
+    async with engine.begin() as conn:
+        released = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(
+                status=case((JOBS.c.attempts > 1, "retrying"), else_="queued"),
+                attempts=func.greatest(JOBS.c.attempts - 1, 0),
+                lease_token=None,
+                lease_expires_at=None,
+                locked_by=None,
+                updated_at=func.now(),
+            )
+            .returning(JOBS.c.id)
+        )
+        return len(released.all())
+
+
+# --- reading and operating --------------------------------------------------------------------
+
+
+def _job_row(row: Row[Any]) -> JobRow:
+    fields = row._mapping
+    return JobRow(**{name: fields[name] for name in JobRow.__dataclass_fields__})
+
+
+async def get_job(
+    session: AsyncSession, company_id: str, user_id: str, job_id: uuid.UUID
+) -> JobRow:
+    """One of the user's own jobs; anybody else's is a 404."""
+    row = (
+        await session.execute(
+            select(JOBS).where(
+                JOBS.c.company_id == company_id, JOBS.c.user_id == user_id, JOBS.c.id == job_id
+            )
+        )
+    ).first()
+    if row is None:
+        raise NotFound("No such job.")
+    return _job_row(row)
+
+
+async def list_jobs(
+    session: AsyncSession, company_id: str, status: JobStatus | None, page: PageRequest
+) -> Page[JobRow]:
+    """A company's jobs, newest first, paged by (created_at, id)."""
+    query = select(JOBS).where(JOBS.c.company_id == company_id)
+    if status is not None:
+        query = query.where(JOBS.c.status == status)
+    if page.position is not None:
+        created_at, job_id = _cursor_position(page)
+        query = query.where(tuple_(JOBS.c.created_at, JOBS.c.id) < (created_at, job_id))
+    query = query.order_by(JOBS.c.created_at.desc(), JOBS.c.id.desc()).limit(page.limit + 1)
+    rows = [_job_row(row) for row in await session.execute(query)]
+    return page_of(
+        rows, page.limit, lambda job: {"created_at": job.created_at.isoformat(), "id": str(job.id)}
+    )
+
+
+def _cursor_position(page: PageRequest) -> tuple[datetime, uuid.UUID]:
+    created_at, job_id = page.key("created_at", str), page.key("id", str)
+    try:
+        when = datetime.fromisoformat(created_at or "")
+        if when.tzinfo is None:
+            raise ValueError("naive timestamp")
+        return when, uuid.UUID(job_id or "")
+    except ValueError as exc:
+        raise Unprocessable.field("query.cursor", "The cursor is not valid.") from exc
+
+
+async def retry_dead_job(session: AsyncSession, company_id: str, job_id: uuid.UUID) -> JobRow:
+    """Operator retry of a dead-lettered job: queued again now, with a fresh attempt budget."""
+    retried = (
+        await session.execute(
+            update(JOBS)
+            .where(JOBS.c.company_id == company_id, JOBS.c.id == job_id, JOBS.c.status == "dead")
+            .values(
+                status="queued",
+                attempts=0,
+                run_after=func.now(),
+                outcome=None,
+                version=None,
+                error_class=None,
+                error_message=None,
+                lease_token=None,
+                lease_expires_at=None,
+                locked_by=None,
+                finished_at=None,
+                updated_at=func.now(),
+            )
+            .returning(*JOBS.c)
+        )
+    ).first()
+    if retried is not None:
+        return _job_row(retried)
+    status = await session.scalar(
+        select(JOBS.c.status).where(JOBS.c.company_id == company_id, JOBS.c.id == job_id)
+    )
+    if status is None:
+        raise NotFound("No such job.")
+    raise Conflict(f"Only a dead job can be retried; this job is {status}.")
+
+
+async def delete_user_jobs(session: AsyncSession, company_id: str, user_id: str) -> int:
+    """Opt-out: delete the user's pending jobs (a running one's worker is then fenced out)."""
+    deleted = await session.execute(
+        delete(JOBS)
+        .where(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
+        .where(JOBS.c.status.in_(PENDING_STATUSES))
+        .returning(JOBS.c.id)
+    )
+    return len(deleted.all())
+
+
+async def queue_stats(engine: AsyncEngine) -> QueueStats:
+    """Depth by status and the wait of the most overdue claimable job, for the metrics gauges
+    `queue_depth` and `queue_oldest_age_seconds`."""
+    due_since = case((JOBS.c.status == "running", JOBS.c.lease_expires_at), else_=JOBS.c.run_after)
+    async with engine.connect() as conn:
+        counts = await conn.execute(
+            select(JOBS.c.status, func.count())
+            .where(JOBS.c.status.in_(WAITING_STATUSES))
+            .group_by(JOBS.c.status)
+        )
+        depth = dict.fromkeys(WAITING_STATUSES, 0) | {str(s): int(n) for s, n in counts}
+        oldest = await conn.scalar(
+            select(func.extract("epoch", func.now() - func.min(due_since))).where(
+                _claimable(func.now())
+            )
+        )
+    return QueueStats(depth=depth, oldest_age_seconds=max(float(oldest or 0), 0.0))

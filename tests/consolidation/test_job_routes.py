@@ -1,0 +1,278 @@
+"""The job routes over HTTP: a user sees only their own jobs; operators list a company's jobs
+(filtered, paged, without payloads) and send dead jobs back to the queue."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.consolidation.queue import (
+    ClaimedJob,
+    claim_next_job,
+    complete_jobs,
+    enqueue_job,
+    fail_jobs,
+)
+from tests.conftest import AuthFactory
+
+OPERATOR = ("operator",)
+
+
+@pytest.fixture
+def engine(app: FastAPI) -> AsyncEngine:
+    engine: AsyncEngine = app.state.database.engine
+    return engine
+
+
+@pytest.fixture
+def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
+    return maker
+
+
+async def enqueue(
+    sessions: async_sessionmaker[AsyncSession],
+    user: str = "alice",
+    company: str = "acme",
+    count: int = 1,
+) -> list[uuid.UUID]:
+    async with sessions() as session, session.begin():
+        return [
+            await enqueue_job(
+                session,
+                company_id=company,
+                user_id=user,
+                kind="consolidation",
+                payload={"turn_ids": ["turn-secret-id"], "space_id": "space-1"},
+                max_attempts=3,
+            )
+            for _ in range(count)
+        ]
+
+
+async def claim(engine: AsyncEngine) -> ClaimedJob:
+    claimed = await claim_next_job(engine, worker_id="w1", lease_seconds=60, batch_size=1)
+    assert claimed is not None
+    return claimed
+
+
+async def kill(engine: AsyncEngine) -> uuid.UUID:
+    """Claim the next job and dead-letter it."""
+    claimed = await claim(engine)
+    result = await fail_jobs(
+        engine,
+        claimed,
+        error_class="MalformedOutput",
+        error_message="The model output was not valid JSON.",
+        retryable=False,
+    )
+    assert result == "dead"
+    return claimed.jobs[0].id
+
+
+async def test_a_user_polls_their_own_job(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    [job_id] = await enqueue(sessions)
+    response = await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(job_id),
+        "status": "queued",
+        "outcome": None,
+        "version": None,
+        "attempts": 0,
+        "error": None,
+    }
+
+    claimed = await claim(engine)
+    async with engine.begin() as conn:
+        assert await complete_jobs(conn, claimed, outcome="updated", version=4)
+    done = (await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))).json()
+    assert (done["status"], done["outcome"], done["version"], done["attempts"]) == (
+        "succeeded",
+        "updated",
+        4,
+        1,
+    )
+
+
+async def test_a_dead_job_shows_its_error_class_and_message(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await enqueue(sessions)
+    job_id = await kill(engine)
+    body = (await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))).json()
+    assert body["status"] == "dead"
+    assert body["error"] == {
+        "class": "MalformedOutput",
+        "message": "The model output was not valid JSON.",
+    }
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [("bob", "acme", ()), ("alice", "other-co", ()), ("olga", "acme", OPERATOR)],
+    ids=["another user", "same name in another company", "an operator"],
+)
+async def test_nobody_else_sees_a_users_job(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    sessions: async_sessionmaker[AsyncSession],
+    caller: tuple[str, str, tuple[str, ...]],
+) -> None:
+    [job_id] = await enqueue(sessions)
+    response = await client.get(f"/v1/jobs/{job_id}", headers=auth(*caller))
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("job_id", ["not-a-uuid", str(uuid.uuid4())])
+async def test_an_invalid_or_unknown_job_id_is_404(
+    client: httpx.AsyncClient, auth: AuthFactory, job_id: str
+) -> None:
+    response = await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))
+    assert response.status_code == 404
+
+
+async def test_operators_list_one_companys_jobs_without_payloads(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    [alice_job] = await enqueue(sessions, "alice")
+    [bob_job] = await enqueue(sessions, "bob")
+    [foreign] = await enqueue(sessions, "alice", company="other-co")
+
+    response = await client.get("/v1/companies/acme/jobs", headers=auth("olga", "ops", OPERATOR))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["next_cursor"] is None
+    assert [item["id"] for item in body["items"]] == [str(bob_job), str(alice_job)]
+    assert str(foreign) not in response.text
+    assert "turn-secret-id" not in response.text  # no payload
+    assert set(body["items"][0]) == {
+        "id",
+        "user_id",
+        "kind",
+        "status",
+        "attempts",
+        "max_attempts",
+        "error",
+        "created_at",
+        "updated_at",
+    }
+    other = await client.get("/v1/companies/other-co/jobs", headers=auth("olga", "ops", OPERATOR))
+    assert [item["id"] for item in other.json()["items"]] == [str(foreign)]
+
+
+async def test_the_status_filter_shows_the_dead_letters(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await enqueue(sessions, "alice")
+    dead = await kill(engine)
+    [queued] = await enqueue(sessions, "bob")
+    headers = auth("olga", "ops", OPERATOR)
+
+    dead_only = await client.get("/v1/companies/acme/jobs?status=dead", headers=headers)
+    [item] = dead_only.json()["items"]
+    assert (item["id"], item["status"], item["attempts"], item["max_attempts"]) == (
+        str(dead),
+        "dead",
+        1,
+        3,
+    )
+    assert item["error"]["class"] == "MalformedOutput"
+    queued_only = await client.get("/v1/companies/acme/jobs?status=queued", headers=headers)
+    assert [i["id"] for i in queued_only.json()["items"]] == [str(queued)]
+
+    invalid = await client.get("/v1/companies/acme/jobs?status=lost", headers=headers)
+    assert invalid.status_code == 422
+    assert invalid.json()["errors"][0]["field"] == "query.status"
+
+
+async def test_the_listing_pages_newest_first(
+    client: httpx.AsyncClient, auth: AuthFactory, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    created = [job_id for n in range(5) for job_id in await enqueue(sessions, f"user-{n}")]
+    headers = auth("olga", "ops", OPERATOR)
+    seen: list[str] = []
+    pages = 0
+    cursor: str | None = None
+    while True:
+        params = {"limit": "2"} | ({"cursor": cursor} if cursor else {})
+        response = await client.get("/v1/companies/acme/jobs", params=params, headers=headers)
+        assert response.status_code == 200
+        body = response.json()
+        pages += 1
+        seen += [item["id"] for item in body["items"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 3
+    assert seen == [str(job_id) for job_id in reversed(created)]
+
+    tampered = await client.get(
+        "/v1/companies/acme/jobs", params={"cursor": "e30"}, headers=headers
+    )  # "{}"
+    assert tampered.status_code == 422
+
+
+async def test_an_operator_retries_a_dead_job(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await enqueue(sessions, "alice")
+    dead = await kill(engine)
+    [queued] = await enqueue(sessions, "bob")
+    [foreign] = await enqueue(sessions, "carol", company="other-co")
+    headers = auth("olga", "ops", OPERATOR)
+
+    response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=headers)
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["id"], body["status"], body["attempts"], body["error"]) == (
+        str(dead),
+        "queued",
+        0,
+        None,
+    )
+    again = await claim(engine)
+    assert again.jobs[0].id == dead
+
+    not_dead = await client.post(f"/v1/companies/acme/jobs/{queued}/retry", headers=headers)
+    assert not_dead.status_code == 409
+    for path in (
+        f"/v1/companies/acme/jobs/{foreign}/retry",
+        f"/v1/companies/acme/jobs/{uuid.uuid4()}/retry",
+        "/v1/companies/acme/jobs/not-a-uuid/retry",
+    ):
+        assert (await client.post(path, headers=headers)).status_code == 404
+
+
+async def test_a_plain_user_may_not_retry(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await enqueue(sessions, "alice")
+    dead = await kill(engine)
+    response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=auth("alice"))
+    assert response.status_code == 403
