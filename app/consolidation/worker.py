@@ -1,0 +1,235 @@
+"""The consolidation worker: claims jobs from the queue and runs them, several users at once.
+
+Each of `WORKER_CONCURRENCY` slots loops: claim (one short transaction) → run the handler while a
+heartbeat task extends the lease → the handler commits its result together with `complete_jobs`
+(fenced by the lease token) → on a failure, `fail_jobs` schedules a retry or dead-letters.
+On shutdown (SIGTERM) slots stop claiming; running jobs get `shutdown_grace` seconds to finish,
+then are cancelled and released back to the queue, so no attempt is lost or double-counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.consolidation.queue import (
+    ClaimedJob,
+    claim_next_job,
+    fail_jobs,
+    heartbeat,
+    queue_stats,
+    release_jobs,
+)
+from app.observability import Metrics
+
+logger = logging.getLogger("app.worker")
+
+INTERNAL_ERROR_CLASS: Final = "internal_error"
+INTERNAL_ERROR_MESSAGE: Final = "The worker failed unexpectedly; see the service logs."
+
+
+class JobFailure(Exception):
+    """A handler's typed failure. `message` is a fixed description: never user or model text."""
+
+    def __init__(
+        self,
+        error_class: str,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.retryable = retryable
+        self.retry_after_seconds = retry_after_seconds
+
+
+JobHandler = Callable[[ClaimedJob, asyncio.Event], Awaitable[str]]
+"""Runs one claim; returns the outcome (`noop` | `updated`) after committing it with
+`complete_jobs`. The event is set when the lease was lost: stop and write nothing."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    concurrency: int
+    poll_seconds: float
+    lease_seconds: float
+    batch_size: int
+    shutdown_grace_seconds: float = 10.0
+    heartbeat_file: Path | None = None
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        handler: JobHandler,
+        config: WorkerConfig,
+        metrics: Metrics,
+        worker_id: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.handler = handler
+        self.config = config
+        self.metrics = metrics
+        self.worker_id = worker_id or default_worker_id()
+        self._stopping = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs finish within the grace period (see `run`)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        slots = [
+            asyncio.create_task(self._slot(n), name=f"worker-slot-{n}")
+            for n in range(self.config.concurrency)
+        ]
+        stats = asyncio.create_task(self._report_stats(), name="worker-stats")
+        try:
+            await self._stopping.wait()
+        finally:
+            stats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stats
+            await asyncio.gather(*slots, return_exceptions=True)
+
+    async def run_once(self) -> ClaimedJob | None:
+        """Claim and run at most one job (tests, and `worker --once` style tooling)."""
+        claimed = await self._claim()
+        if claimed is not None:
+            await self._execute(claimed)
+        return claimed
+
+    async def _claim(self) -> ClaimedJob | None:
+        return await claim_next_job(
+            self.engine,
+            worker_id=self.worker_id,
+            lease_seconds=self.config.lease_seconds,
+            batch_size=self.config.batch_size,
+        )
+
+    async def _slot(self, number: int) -> None:
+        while not self._stopping.is_set():
+            self._touch_heartbeat_file()
+            try:
+                claimed = await self._claim()
+            except Exception:
+                logger.exception("claiming a job failed; retrying after the poll interval")
+                claimed = None
+            if claimed is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.config.poll_seconds)
+                continue
+            task = asyncio.create_task(self._execute(claimed), name=f"job-{number}")
+            self._running.add(task)
+            try:
+                await asyncio.wait(
+                    {task, asyncio.create_task(self._stopping.wait())},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not task.done():  # shutting down: give it the grace period
+                    await asyncio.wait({task}, timeout=self.config.shutdown_grace_seconds)
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    released = await release_jobs(self.engine, claimed)
+                    logger.info("released %d job(s) on shutdown", released)
+            finally:
+                self._running.discard(task)
+
+    async def _execute(self, claimed: ClaimedJob) -> None:
+        lease_lost = asyncio.Event()
+        beat = asyncio.create_task(self._keep_lease(claimed, lease_lost))
+        started = time.perf_counter()
+        outcome = "failed"
+        try:
+            outcome = await self.handler(claimed, lease_lost)
+        except JobFailure as failure:
+            outcome = await self._fail(claimed, failure)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("job handler crashed", extra={"job_id": str(claimed.jobs[0].id)})
+            outcome = await self._fail(
+                claimed,
+                JobFailure(INTERNAL_ERROR_CLASS, INTERNAL_ERROR_MESSAGE, retryable=True),
+            )
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+        self.metrics.jobs.labels(claimed.kind, outcome).inc(len(claimed.jobs))
+        logger.info(
+            "job finished",
+            extra={
+                "job_id": ",".join(str(job.id) for job in claimed.jobs),
+                "outcome": outcome,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+            },
+        )
+
+    async def _fail(self, claimed: ClaimedJob, failure: JobFailure) -> str:
+        return await fail_jobs(
+            self.engine,
+            claimed,
+            error_class=failure.error_class,
+            error_message=failure.message,
+            retryable=failure.retryable,
+            retry_after_seconds=failure.retry_after_seconds,
+        )
+
+    async def _keep_lease(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> None:
+        interval = max(self.config.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                alive = await heartbeat(self.engine, claimed, self.config.lease_seconds)
+            except Exception:
+                logger.warning("heartbeat failed; will retry", exc_info=True)
+                continue
+            if not alive:
+                lease_lost.set()
+                return
+
+    async def _report_stats(self) -> None:
+        while True:
+            try:
+                stats = await queue_stats(self.engine)
+                for status, depth in stats["depth"].items():
+                    self.metrics.queue_depth.labels(status).set(depth)
+                self.metrics.queue_oldest_age.set(stats["oldest_age_seconds"])
+            except Exception:
+                logger.warning("queue statistics unavailable", exc_info=True)
+            await asyncio.sleep(max(self.config.poll_seconds * 5, 5.0))
+
+    def _touch_heartbeat_file(self) -> None:
+        if self.config.heartbeat_file is not None:
+            with contextlib.suppress(OSError):
+                self.config.heartbeat_file.touch()
+
+
+def heartbeat_is_fresh(path: Path, max_age_seconds: float) -> bool:
+    """`worker --check`: the worker loop touched its heartbeat file recently."""
+    try:
+        return time.time() - path.stat().st_mtime <= max_age_seconds
+    except OSError:
+        return False
