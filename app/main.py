@@ -1,4 +1,5 @@
-"""Application factory: lifespan (database, embedded PostgreSQL), middleware, routers."""
+"""Application factory: lifespan (database, embedded PostgreSQL, in-process worker), middleware,
+routers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app import auth, operations
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation import jobs_router
+from app.conversations import router as conversations_router
 from app.db import create_database, head_revision, is_database_unavailable, run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
@@ -21,6 +23,8 @@ from app.errors import install_error_handlers, problem_response
 from app.folders import router as folders_router
 from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
+from app.profiles import router as profiles_router
+from app.turns import router as turns_router
 
 logger = logging.getLogger("app.main")
 
@@ -42,9 +46,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(run_migrations, url)
     database = create_database(url, settings)
     app.state.database = database
+    worker = None
     try:
+        if settings.worker_enabled:
+            from app.consolidation.pipeline import BackgroundWorker  # noqa: PLC0415
+
+            worker = BackgroundWorker(database, settings, app.state.metrics)
+            worker.start()
         yield
     finally:
+        if worker is not None:
+            await worker.stop()
         await database.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -93,5 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth.router)
     app.include_router(enablement_router.router)
     app.include_router(folders_router.router)
+    app.include_router(profiles_router.router)
     app.include_router(jobs_router.router)
+    app.include_router(turns_router.router)
+    app.include_router(conversations_router.router)
     return app

@@ -1,0 +1,104 @@
+"""The audit log of settings changes: record an event in the caller's transaction, list them.
+
+An event holds who, when, what and old -> new of the changed fields only; never memory content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.enablement.models import AuditEvent
+
+JsonObject = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+    occurred_at: datetime
+    actor_id: str
+    action: str
+    target_kind: str
+    target_id: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+
+def changed_fields(old: JsonObject, new: JsonObject) -> tuple[dict[str, object], dict[str, object]]:
+    """The (old, new) values of the keys whose value differs, recursing into nested objects.
+
+    `changed_fields({"a": 1, "b": {"c": 2, "d": 3}}, {"a": 1, "b": {"c": 2, "d": 4}})` is
+    `({"b": {"d": 3}}, {"b": {"d": 4}})`; both are empty when nothing changed.
+    """
+    before: dict[str, object] = {}
+    after: dict[str, object] = {}
+    for key in old.keys() | new.keys():
+        old_value, new_value = old.get(key), new.get(key)
+        if isinstance(old_value, Mapping) and isinstance(new_value, Mapping):
+            nested_old, nested_new = changed_fields(old_value, new_value)
+            if nested_old or nested_new:
+                before[key], after[key] = nested_old, nested_new
+        elif old_value != new_value:
+            before[key], after[key] = old_value, new_value
+    return before, after
+
+
+async def record_event(
+    session: AsyncSession,
+    *,
+    company_id: str,
+    actor_id: str,
+    action: str,
+    target_kind: str,
+    target_id: str,
+    old: JsonObject | None,
+    new: JsonObject | None,
+) -> None:
+    """Append an event; it commits or rolls back with the change it describes."""
+    await session.execute(
+        insert(AuditEvent).values(
+            company_id=company_id,
+            actor_id=actor_id,
+            action=action,
+            target_kind=target_kind,
+            target_id=target_id,
+            old=None if old is None else dict(old),
+            new=None if new is None else dict(new),
+        )
+    )
+
+
+async def select_events(
+    session: AsyncSession, company_id: str, *, before_id: int | None, limit: int
+) -> list[AuditRecord]:
+    """Up to `limit` events of the company, newest first (by id), older than `before_id`."""
+    statement = (
+        select(
+            AuditEvent.id,
+            AuditEvent.occurred_at,
+            AuditEvent.actor_id,
+            AuditEvent.action,
+            AuditEvent.target_kind,
+            AuditEvent.target_id,
+            AuditEvent.old,
+            AuditEvent.new,
+        )
+        .where(AuditEvent.company_id == company_id)
+        .order_by(AuditEvent.id.desc())
+        .limit(limit)
+    )
+    if before_id is not None:
+        statement = statement.where(AuditEvent.id < before_id)
+    rows = (await session.execute(statement)).all()
+    return [
+        AuditRecord(
+            r.id, r.occurred_at, r.actor_id, r.action, r.target_kind, r.target_id, r.old, r.new
+        )
+        for r in rows
+    ]

@@ -1,0 +1,339 @@
+"""SQL for company flags, space and user settings, the hot-path enablement read, and the deletion
+of a user's memory on opt-out (flushes, never commits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import and_, delete, func, literal, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import ScalarSelect
+
+from app.consolidation.models import Job
+from app.enablement.decision import (
+    FLAG_ALLOW_WITH_WEB_SEARCH,
+    FLAG_CONTEXT_MEMORY,
+    CompanyFlags,
+    SpaceState,
+    UserState,
+)
+from app.enablement.models import (
+    DEFAULT_LANGUAGE_MODEL,
+    DEFAULT_MAX_TOKENS,
+    CompanyFeatureFlag,
+    SpaceSettings,
+    UserSettings,
+)
+from app.profiles.models import MemoryFile, MemoryVersion
+
+PENDING_JOB_STATUSES = ("queued", "retrying", "running")
+
+
+@dataclass(frozen=True)
+class FlagRecord:
+    flag: str
+    enabled: bool
+    updated_at: datetime
+    updated_by: str
+
+
+@dataclass(frozen=True)
+class UserMemoryConfig:
+    """How a space consolidates memory (seed: "Advanced Configuration")."""
+
+    use_orchestrator_language_model: bool = True
+    language_model: str = DEFAULT_LANGUAGE_MODEL
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class SpaceRecord:
+    """A space's settings as stored; the defaults when `saved` is False."""
+
+    context_memory: bool | None = None
+    web_search: bool = False
+    user_memory: UserMemoryConfig = field(default_factory=UserMemoryConfig)
+    saved: bool = False
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+
+    @property
+    def state(self) -> SpaceState | None:
+        """What the decision sees; None for a space that was never saved."""
+        if not self.saved:
+            return None
+        return SpaceState(context_memory=self.context_memory, web_search=self.web_search)
+
+
+@dataclass(frozen=True)
+class EnablementInputs:
+    flags: CompanyFlags
+    space: SpaceRecord
+    user: UserState | None
+
+
+# --- company feature flags ----------------------------------------------------------------------
+
+
+async def select_flags(session: AsyncSession, company_id: str) -> list[FlagRecord]:
+    statement = select(
+        CompanyFeatureFlag.flag,
+        CompanyFeatureFlag.enabled,
+        CompanyFeatureFlag.updated_at,
+        CompanyFeatureFlag.updated_by,
+    ).where(CompanyFeatureFlag.company_id == company_id)
+    rows = (await session.execute(statement)).all()
+    return [FlagRecord(r.flag, r.enabled, r.updated_at, r.updated_by) for r in rows]
+
+
+async def lock_flag(session: AsyncSession, company_id: str, flag: str) -> FlagRecord | None:
+    """The flag as stored (None when never set), row-locked until the transaction ends."""
+    statement = (
+        select(
+            CompanyFeatureFlag.enabled, CompanyFeatureFlag.updated_at, CompanyFeatureFlag.updated_by
+        )
+        .where(CompanyFeatureFlag.company_id == company_id, CompanyFeatureFlag.flag == flag)
+        .with_for_update()
+    )
+    row = (await session.execute(statement)).first()
+    return None if row is None else FlagRecord(flag, row.enabled, row.updated_at, row.updated_by)
+
+
+async def upsert_flag(
+    session: AsyncSession, company_id: str, flag: str, enabled: bool, actor_id: str
+) -> FlagRecord:
+    values = insert(CompanyFeatureFlag).values(
+        company_id=company_id, flag=flag, enabled=enabled, updated_by=actor_id
+    )
+    statement = values.on_conflict_do_update(
+        index_elements=[CompanyFeatureFlag.company_id, CompanyFeatureFlag.flag],
+        set_={
+            "enabled": values.excluded.enabled,
+            "updated_by": values.excluded.updated_by,
+            "updated_at": func.now(),
+        },
+    ).returning(CompanyFeatureFlag.updated_at)
+    updated_at = (await session.execute(statement)).scalar_one()
+    return FlagRecord(flag, enabled, updated_at, actor_id)
+
+
+# --- space settings -----------------------------------------------------------------------------
+
+_SPACE_COLUMNS = (
+    SpaceSettings.context_memory,
+    SpaceSettings.web_search,
+    SpaceSettings.use_orchestrator_language_model,
+    SpaceSettings.language_model,
+    SpaceSettings.max_tokens,
+    SpaceSettings.updated_at,
+    SpaceSettings.updated_by,
+)
+
+
+def _space_key(company_id: str, space_id: str) -> tuple[ColumnElement[bool], ...]:
+    return (SpaceSettings.company_id == company_id, SpaceSettings.space_id == space_id)
+
+
+async def select_space(
+    session: AsyncSession, company_id: str, space_id: str, *, for_update: bool = False
+) -> SpaceRecord | None:
+    """The saved settings, or None for a space never saved; `for_update` row-locks them."""
+    statement = select(*_SPACE_COLUMNS).where(*_space_key(company_id, space_id))
+    if for_update:
+        statement = statement.with_for_update()
+    row = (await session.execute(statement)).first()
+    if row is None:
+        return None
+    return SpaceRecord(
+        context_memory=row.context_memory,
+        web_search=row.web_search,
+        user_memory=UserMemoryConfig(
+            row.use_orchestrator_language_model, row.language_model, row.max_tokens
+        ),
+        saved=True,
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+    )
+
+
+def _space_values(space: SpaceRecord, actor_id: str) -> dict[str, object]:
+    return {
+        "context_memory": space.context_memory,
+        "web_search": space.web_search,
+        "use_orchestrator_language_model": space.user_memory.use_orchestrator_language_model,
+        "language_model": space.user_memory.language_model,
+        "max_tokens": space.user_memory.max_tokens,
+        "updated_by": actor_id,
+    }
+
+
+async def insert_space(
+    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, actor_id: str
+) -> datetime | None:
+    """Save a space for the first time; None when a concurrent request saved it first."""
+    statement = (
+        insert(SpaceSettings)
+        .values(company_id=company_id, space_id=space_id, **_space_values(space, actor_id))
+        .on_conflict_do_nothing(index_elements=[SpaceSettings.company_id, SpaceSettings.space_id])
+        .returning(SpaceSettings.updated_at)
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def update_space(
+    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, actor_id: str
+) -> datetime:
+    statement = (
+        update(SpaceSettings)
+        .where(*_space_key(company_id, space_id))
+        .values(**_space_values(space, actor_id), updated_at=func.now())
+        .returning(SpaceSettings.updated_at)
+        .execution_options(synchronize_session=False)
+    )
+    return (await session.execute(statement)).scalar_one()
+
+
+# --- user settings ------------------------------------------------------------------------------
+
+
+async def lock_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:
+    """The user's stored context_memory (None when never saved), row-locked when it exists."""
+    statement = (
+        select(UserSettings.context_memory)
+        .where(UserSettings.company_id == company_id, UserSettings.user_id == user_id)
+        .with_for_update()
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def select_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:
+    statement = select(UserSettings.context_memory).where(
+        UserSettings.company_id == company_id, UserSettings.user_id == user_id
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def upsert_user_setting(
+    session: AsyncSession, company_id: str, user_id: str, context_memory: bool
+) -> None:
+    statement = insert(UserSettings).values(
+        company_id=company_id, user_id=user_id, context_memory=context_memory
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=[UserSettings.company_id, UserSettings.user_id],
+        set_={"context_memory": statement.excluded.context_memory, "updated_at": func.now()},
+    )
+    await session.execute(statement)
+
+
+# --- the hot-path read --------------------------------------------------------------------------
+
+
+async def select_enablement_inputs(
+    session: AsyncSession, company_id: str, space_id: str, user_id: str
+) -> EnablementInputs:
+    """Both flags, the space's settings and the user's setting in ONE statement.
+
+    `SELECT (flag subqueries), space columns, (user subquery) FROM (SELECT 1) LEFT JOIN
+    space_settings ...`: always exactly one row, with NULLs for whatever was never saved.
+    """
+
+    def flag(name: str) -> ScalarSelect[bool]:
+        return (
+            select(CompanyFeatureFlag.enabled)
+            .where(CompanyFeatureFlag.company_id == company_id, CompanyFeatureFlag.flag == name)
+            .scalar_subquery()
+        )
+
+    user_setting = (
+        select(UserSettings.context_memory)
+        .where(UserSettings.company_id == company_id, UserSettings.user_id == user_id)
+        .scalar_subquery()
+    )
+    one = select(literal(1).label("one")).subquery("one")
+    statement = select(
+        flag(FLAG_CONTEXT_MEMORY).label("flag_context_memory"),
+        flag(FLAG_ALLOW_WITH_WEB_SEARCH).label("flag_allow"),
+        user_setting.label("user_context_memory"),
+        SpaceSettings.space_id,
+        *_SPACE_COLUMNS,
+    ).select_from(one.outerjoin(SpaceSettings, and_(*_space_key(company_id, space_id))))
+    row = (await session.execute(statement)).one()
+
+    flags = CompanyFlags(
+        context_memory=bool(row.flag_context_memory),
+        allow_with_web_search=bool(row.flag_allow),
+    )
+    space = SpaceRecord()
+    if row.space_id is not None:
+        space = SpaceRecord(
+            context_memory=row.context_memory,
+            web_search=row.web_search,
+            user_memory=UserMemoryConfig(
+                row.use_orchestrator_language_model, row.language_model, row.max_tokens
+            ),
+            saved=True,
+            updated_at=row.updated_at,
+            updated_by=row.updated_by,
+        )
+    user = None if row.user_context_memory is None else UserState(row.user_context_memory)
+    return EnablementInputs(flags, space, user)
+
+
+# --- opt-out: the user's memory, other domains' tables, deleted explicitly ------------------------
+
+
+async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
+    """A transaction-scoped advisory lock on one user's memory (ids are printable, so the unit
+    separator cannot be forged; a hash collision only serialises two users needlessly)."""
+    key = "\x1f".join(("user-memory", company_id, user_id))
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+
+
+async def lock_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
+    """Row-lock the user's `memory.md` (waiting for an in-flight writer); True when it exists."""
+    statement = (
+        select(MemoryFile.head_version)
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+        .with_for_update()
+    )
+    return (await session.execute(statement)).first() is not None
+
+
+async def delete_memory_versions(session: AsyncSession, company_id: str, user_id: str) -> int:
+    deleted = (
+        delete(MemoryVersion)
+        .where(MemoryVersion.company_id == company_id, MemoryVersion.user_id == user_id)
+        .returning(MemoryVersion.version)
+        .cte("deleted")
+    )
+    return (await session.execute(select(func.count()).select_from(deleted))).scalar_one()
+
+
+async def delete_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
+    statement = (
+        delete(MemoryFile)
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+        .returning(MemoryFile.user_id)
+        .execution_options(synchronize_session=False)
+    )
+    return (await session.execute(statement)).first() is not None
+
+
+async def delete_pending_jobs(session: AsyncSession, company_id: str, user_id: str) -> int:
+    """Queued, retrying and running jobs of the user (finished and dead ones hold no content)."""
+    deleted = (
+        delete(Job)
+        .where(
+            Job.company_id == company_id,
+            Job.user_id == user_id,
+            Job.status.in_(PENDING_JOB_STATUSES),
+        )
+        .returning(Job.id)
+        .cte("deleted")
+    )
+    return (await session.execute(select(func.count()).select_from(deleted))).scalar_one()

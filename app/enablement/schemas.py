@@ -1,0 +1,276 @@
+"""Request and response bodies of the settings, enablement and audit routes.
+
+Request bodies forbid unknown fields and take strict JSON types (`"true"` or `1` is not a bool).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+
+from app.enablement.audit import AuditRecord
+from app.enablement.decision import Decision, SwitchState
+from app.enablement.models import MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from app.enablement.repository import UserMemoryConfig
+from app.pagination import Page
+
+if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
+    from app.enablement.service import FeatureFlag, MemoryDeletion, SpaceView, UserSettingUpdate
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable() or value.strip() != value:
+        raise ValueError("must be printable, without leading or trailing whitespace")
+    return value
+
+
+LanguageModelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128), AfterValidator(_printable)
+]
+MaxTokens = Annotated[StrictInt, Field(ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
+
+
+def _hide_null(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Document the refused `null` honestly: drop it from the fields that refuse it."""
+    nullable: frozenset[str] = getattr(model, "nullable", frozenset())
+    for name, prop in schema.get("properties", {}).items():
+        options = prop.get("anyOf")
+        if name in nullable or not isinstance(options, list):
+            continue
+        kept = [option for option in options if option != {"type": "null"}]
+        if len(kept) == 1:
+            del prop["anyOf"]
+            prop.update(kept[0])
+
+
+class _Patch(BaseModel):
+    """A partial update: absent fields keep their value; `null` is refused unless the field is
+    in `nullable`."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_hide_null)
+    nullable: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_null(cls, value: object, info: ValidationInfo) -> object:
+        if value is None and info.field_name not in cls.nullable:
+            raise ValueError("must not be null; leave the field out to keep its value")
+        return value
+
+
+# --- feature flags ------------------------------------------------------------------------------
+
+
+class FeatureFlagIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool
+
+
+class FeatureFlagOut(BaseModel):
+    flag: str
+    enabled: bool = Field(description="A flag that was never set is off.")
+    updated_at: datetime | None
+    updated_by: str | None
+
+    @classmethod
+    def of(cls, flag: FeatureFlag) -> FeatureFlagOut:
+        return cls(
+            flag=flag.flag,
+            enabled=flag.enabled,
+            updated_at=flag.updated_at,
+            updated_by=flag.updated_by,
+        )
+
+
+class FeatureFlagsOut(BaseModel):
+    company_id: str
+    flags: list[FeatureFlagOut]
+
+
+# --- decisions ----------------------------------------------------------------------------------
+
+
+class ConditionOut(BaseModel):
+    key: str
+    level: str
+    satisfied: bool
+    reason: str
+
+
+class DecisionOut(BaseModel):
+    enabled: bool
+    conditions: list[ConditionOut]
+    reason: str
+
+    @classmethod
+    def of(cls, decision: Decision, reason: str | None = None) -> DecisionOut:
+        return cls(
+            enabled=decision.enabled,
+            conditions=[
+                ConditionOut(key=c.key, level=c.level.value, satisfied=c.satisfied, reason=c.reason)
+                for c in decision.conditions
+            ],
+            reason=reason or decision.reason(),
+        )
+
+
+# --- space settings -----------------------------------------------------------------------------
+
+
+class UserMemoryConfigOut(BaseModel):
+    use_orchestrator_language_model: bool
+    language_model: str
+    max_tokens: int
+
+    @classmethod
+    def of(cls, config: UserMemoryConfig) -> UserMemoryConfigOut:
+        return cls(
+            use_orchestrator_language_model=config.use_orchestrator_language_model,
+            language_model=config.language_model,
+            max_tokens=config.max_tokens,
+        )
+
+
+class UserMemoryPatch(_Patch):
+    use_orchestrator_language_model: StrictBool | None = None
+    language_model: LanguageModelName | None = None
+    max_tokens: MaxTokens | None = Field(
+        default=None, description=f"{MIN_MAX_TOKENS}..{MAX_MAX_TOKENS}"
+    )
+
+
+class SpacePatch(_Patch):
+    nullable: ClassVar[frozenset[str]] = frozenset({"context_memory"})
+
+    context_memory: StrictBool | None = Field(
+        default=None,
+        description="`null` removes the setting, which then reads as enabled (the default).",
+    )
+    web_search: StrictBool | None = None
+    user_memory: UserMemoryPatch | None = None
+
+
+class SwitchOut(BaseModel):
+    visible: bool
+    editable: bool
+    tooltip: str | None
+
+    @classmethod
+    def of(cls, switch: SwitchState) -> SwitchOut:
+        return cls(visible=switch.visible, editable=switch.editable, tooltip=switch.tooltip)
+
+
+class SpaceSettingsOut(BaseModel):
+    space_id: str
+    context_memory: bool | None = Field(description="`null`: never set, which means enabled.")
+    context_memory_effective: bool
+    web_search: bool
+    user_memory: UserMemoryConfigOut
+    switch: SwitchOut
+    decision: DecisionOut = Field(description="Company and space conditions (no user's).")
+    updated_at: datetime | None
+    updated_by: str | None
+
+    @classmethod
+    def of(cls, view: SpaceView) -> SpaceSettingsOut:
+        space = view.settings
+        return cls(
+            space_id=view.space_id,
+            context_memory=space.context_memory,
+            context_memory_effective=space.context_memory is not False,
+            web_search=space.web_search,
+            user_memory=UserMemoryConfigOut.of(space.user_memory),
+            switch=SwitchOut.of(view.switch),
+            decision=DecisionOut.of(view.decision, view.decision_reason),
+            updated_at=space.updated_at,
+            updated_by=space.updated_by,
+        )
+
+
+# --- user settings ------------------------------------------------------------------------------
+
+
+class UserSettingsOut(BaseModel):
+    context_memory: bool
+
+
+class UserSettingsPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    context_memory: StrictBool = Field(
+        description="`false` permanently deletes your memory (profile, versions, pending jobs)."
+    )
+
+
+class MemoryDeletionOut(BaseModel):
+    profile: bool
+    versions: int
+    jobs: int
+    folder: bool
+
+    @classmethod
+    def of(cls, deletion: MemoryDeletion) -> MemoryDeletionOut:
+        return cls(
+            profile=deletion.profile,
+            versions=deletion.versions,
+            jobs=deletion.jobs,
+            folder=deletion.folder,
+        )
+
+
+class UserSettingsUpdateOut(BaseModel):
+    context_memory: bool
+    deleted: MemoryDeletionOut | None = Field(
+        description="What turning context memory off deleted; `null` when turning it on."
+    )
+
+    @classmethod
+    def of(cls, update: UserSettingUpdate) -> UserSettingsUpdateOut:
+        deleted = None if update.deleted is None else MemoryDeletionOut.of(update.deleted)
+        return cls(context_memory=update.context_memory, deleted=deleted)
+
+
+# --- audit log ----------------------------------------------------------------------------------
+
+
+class AuditEventOut(BaseModel):
+    id: int
+    occurred_at: datetime
+    actor_id: str
+    action: str
+    target_kind: str
+    target_id: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, record: AuditRecord) -> AuditEventOut:
+        return cls(
+            id=record.id,
+            occurred_at=record.occurred_at,
+            actor_id=record.actor_id,
+            action=record.action,
+            target_kind=record.target_kind,
+            target_id=record.target_id,
+            old=record.old,
+            new=record.new,
+        )
+
+    @classmethod
+    def page(cls, records: Page[AuditRecord]) -> Page[AuditEventOut]:
+        return Page[AuditEventOut](
+            items=[cls.of(record) for record in records.items], next_cursor=records.next_cursor
+        )

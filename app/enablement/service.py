@@ -1,0 +1,369 @@
+"""The settings rules: company flags, space and user settings (with the opt-out deletion), the
+audit trail of every change, and `load_enablement`, the hot-path read every turn calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.enablement import audit, repository
+from app.enablement.audit import AuditRecord, changed_fields
+from app.enablement.decision import (
+    FLAG_ALLOW_WITH_WEB_SEARCH,
+    FLAG_CONTEXT_MEMORY,
+    KNOWN_FLAGS,
+    WEB_SEARCH_TOOLTIP,
+    CompanyFlags,
+    Decision,
+    SwitchState,
+    context_memory_switch,
+    effective_enablement,
+)
+from app.enablement.repository import SpaceRecord, UserMemoryConfig
+from app.enablement.schemas import SpacePatch
+from app.errors import Conflict, Unprocessable
+from app.folders import service as folders
+from app.pagination import Page, PageRequest, page_of
+
+SPACE_ENABLED_REASON = (
+    "Context memory is enabled for this space; each user can still turn it off for themselves."
+)
+
+
+# --- the hot path -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnablementContext:
+    """Whether memory is active for (company, space, user), why, and how the space consolidates."""
+
+    decision: Decision
+    user_memory: UserMemoryConfig
+
+    @property
+    def enabled(self) -> bool:
+        return self.decision.enabled
+
+
+async def load_enablement(
+    session: AsyncSession, company_id: str, space_id: str, user_id: str
+) -> EnablementContext:
+    """The decision for a turn and the space's user-memory config, read in ONE SQL statement."""
+    inputs = await repository.select_enablement_inputs(session, company_id, space_id, user_id)
+    decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
+    return EnablementContext(decision, inputs.space.user_memory)
+
+
+# --- company feature flags ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FeatureFlag:
+    flag: str
+    enabled: bool = False
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+
+
+async def list_feature_flags(session: AsyncSession, company_id: str) -> list[FeatureFlag]:
+    """Every known flag of the company, in a stable order; a flag never set is off."""
+    stored = {r.flag: r for r in await repository.select_flags(session, company_id)}
+    flags = []
+    for name in KNOWN_FLAGS:
+        record = stored.get(name)
+        flags.append(
+            FeatureFlag(name)
+            if record is None
+            else FeatureFlag(name, record.enabled, record.updated_at, record.updated_by)
+        )
+    return flags
+
+
+async def set_feature_flag(
+    session: AsyncSession, actor: Principal, company_id: str, flag: str, enabled: bool
+) -> FeatureFlag:
+    """Turn a known flag on or off for `company_id`; an unchanged value writes nothing."""
+    if flag not in KNOWN_FLAGS:
+        raise Unprocessable.field(
+            "path.flag", f"Unknown feature flag; the known flags are {' and '.join(KNOWN_FLAGS)}."
+        )
+    stored = await repository.lock_flag(session, company_id, flag)
+    current = stored is not None and stored.enabled
+    if current == enabled:
+        if stored is None:
+            return FeatureFlag(flag)
+        return FeatureFlag(flag, stored.enabled, stored.updated_at, stored.updated_by)
+    saved = await repository.upsert_flag(session, company_id, flag, enabled, actor.user_id)
+    await audit.record_event(
+        session,
+        company_id=company_id,
+        actor_id=actor.user_id,
+        action="feature_flag.set",
+        target_kind="feature_flag",
+        target_id=flag,
+        old={"enabled": current},
+        new={"enabled": enabled},
+    )
+    return FeatureFlag(flag, saved.enabled, saved.updated_at, saved.updated_by)
+
+
+async def _company_flags(session: AsyncSession, company_id: str) -> CompanyFlags:
+    stored = {r.flag: r.enabled for r in await repository.select_flags(session, company_id)}
+    return CompanyFlags(
+        context_memory=stored.get(FLAG_CONTEXT_MEMORY, False),
+        allow_with_web_search=stored.get(FLAG_ALLOW_WITH_WEB_SEARCH, False),
+    )
+
+
+# --- space settings -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpaceView:
+    """A space's settings (defaults when never saved), its switch and its space-level decision."""
+
+    space_id: str
+    settings: SpaceRecord
+    switch: SwitchState
+    decision: Decision
+    decision_reason: str
+
+
+def _space_view(space_id: str, flags: CompanyFlags, space: SpaceRecord) -> SpaceView:
+    full = effective_enablement(flags, space.state, None)
+    conditions = tuple(c for c in full.conditions if c.key != "user_setting")
+    decision = Decision(all(c.satisfied for c in conditions), conditions)
+    reason = decision.blocking[0].reason if decision.blocking else SPACE_ENABLED_REASON
+    return SpaceView(space_id, space, context_memory_switch(flags, space.state), decision, reason)
+
+
+def _audit_fields(space: SpaceRecord) -> dict[str, object]:
+    memory = space.user_memory
+    return {
+        "context_memory": space.context_memory,
+        "web_search": space.web_search,
+        "user_memory": {
+            "use_orchestrator_language_model": memory.use_orchestrator_language_model,
+            "language_model": memory.language_model,
+            "max_tokens": memory.max_tokens,
+        },
+    }
+
+
+def _apply(space: SpaceRecord, patch: SpacePatch) -> SpaceRecord:
+    memory = space.user_memory
+    if patch.user_memory is not None:
+        given = patch.user_memory
+        memory = UserMemoryConfig(
+            use_orchestrator_language_model=memory.use_orchestrator_language_model
+            if given.use_orchestrator_language_model is None
+            else given.use_orchestrator_language_model,
+            language_model=memory.language_model
+            if given.language_model is None
+            else given.language_model,
+            max_tokens=memory.max_tokens if given.max_tokens is None else given.max_tokens,
+        )
+    return replace(
+        space,
+        context_memory=patch.context_memory
+        if "context_memory" in patch.model_fields_set
+        else space.context_memory,
+        web_search=space.web_search if patch.web_search is None else patch.web_search,
+        user_memory=memory,
+    )
+
+
+def _refuse_enabling_behind_web_search(
+    flags: CompanyFlags, before: SpaceRecord, after: SpaceRecord
+) -> None:
+    """The locked switch, enforced: context memory cannot be switched on (or reset to its
+    enabled default) while web search blocks it. Switching it off, and turning web search on
+    while memory is on, stay allowed: both only make the space more private.
+    """
+    blocked = after.web_search and not flags.allow_with_web_search
+    if (
+        blocked
+        and after.context_memory is not False
+        and after.context_memory != before.context_memory
+    ):
+        raise Unprocessable.field(
+            "body.context_memory",
+            f"{WEB_SEARCH_TOOLTIP} Turn web search off (in the same request is fine) before "
+            f"enabling context memory, or ask an operator to turn on {FLAG_ALLOW_WITH_WEB_SEARCH}.",
+        )
+
+
+async def read_space(session: AsyncSession, company_id: str, space_id: str) -> SpaceView:
+    flags = await _company_flags(session, company_id)
+    stored = await repository.select_space(session, company_id, space_id)
+    return _space_view(space_id, flags, stored or SpaceRecord())
+
+
+async def update_space(
+    session: AsyncSession, actor: Principal, space_id: str, patch: SpacePatch
+) -> SpaceView:
+    """Apply a partial update to a space of the actor's company, audited, under a row lock.
+
+    When memory is then effectively enabled for the space (company and space conditions), the
+    company's `user-memory` root folder is ensured, also when the patch changed nothing.
+    """
+    company_id = actor.company_id
+    flags = await _company_flags(session, company_id)
+    saved = await _save_space(session, actor, space_id, flags, patch)
+    if effective_enablement(flags, saved.state, None).enabled:
+        await folders.ensure_root_folder(session, company_id)
+    return _space_view(space_id, flags, saved)
+
+
+async def _save_space(
+    session: AsyncSession, actor: Principal, space_id: str, flags: CompanyFlags, patch: SpacePatch
+) -> SpaceRecord:
+    company_id = actor.company_id
+    # Two rounds at most: a first save that loses the insert race re-reads the winner's row.
+    for _ in range(2):
+        stored = await repository.select_space(session, company_id, space_id, for_update=True)
+        before = stored or SpaceRecord()
+        after = _apply(before, patch)
+        _refuse_enabling_behind_web_search(flags, before, after)
+        old, new = changed_fields(_audit_fields(before), _audit_fields(after))
+        if not new:
+            return before
+        if stored is None:
+            updated_at = await repository.insert_space(
+                session, company_id, space_id, after, actor.user_id
+            )
+            if updated_at is None:
+                continue
+        else:
+            updated_at = await repository.update_space(
+                session, company_id, space_id, after, actor.user_id
+            )
+        await audit.record_event(
+            session,
+            company_id=company_id,
+            actor_id=actor.user_id,
+            action="space_settings.update",
+            target_kind="space",
+            target_id=space_id,
+            old=old,
+            new=new,
+        )
+        return replace(after, saved=True, updated_at=updated_at, updated_by=actor.user_id)
+    raise Conflict("The space settings changed while saving; retry the request.")
+
+
+# --- user settings and opt-out ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryDeletion:
+    """What an opt-out deleted (counts only, never content)."""
+
+    profile: bool
+    versions: int
+    jobs: int
+    folder: bool
+
+    @property
+    def anything(self) -> bool:
+        return self.profile or self.folder or self.versions > 0 or self.jobs > 0
+
+
+@dataclass(frozen=True)
+class UserSettingUpdate:
+    context_memory: bool
+    deleted: MemoryDeletion | None
+
+
+async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
+    """Serialise writers of a user's memory with the user's opt-out, until the transaction ends.
+
+    Opt-out takes this lock before it deletes. Anything that writes memory (consolidation, a
+    user's edit) must take it in its write transaction *before* `load_enablement`: it then either
+    sees the opt-out and writes nothing, or commits first and the opt-out deletes what it wrote.
+    Without it, a writer that checked the setting just before an opt-out could recreate memory.
+    """
+    await repository.lock_user_memory(session, company_id, user_id)
+
+
+async def read_user_setting(session: AsyncSession, principal: Principal) -> bool:
+    """The caller's context memory setting; never saved means on."""
+    stored = await repository.select_user_setting(session, principal.company_id, principal.user_id)
+    return stored is not False
+
+
+async def update_user_setting(
+    session: AsyncSession, principal: Principal, context_memory: bool
+) -> UserSettingUpdate:
+    """Turn the caller's context memory on or off; off permanently deletes the memory.
+
+    Off deletes, in this transaction, the profile with all its versions, the pending jobs and
+    the folder `user-memory/<user_id>`, every time it is asked (off -> off finds nothing more
+    and reports zeros). On only flips the setting: the next turn starts from an empty profile.
+    """
+    company_id, user_id = principal.company_id, principal.user_id
+    if not context_memory:
+        await lock_user_memory(session, company_id, user_id)
+    current = await repository.lock_user_setting(session, company_id, user_id) is not False
+    if current != context_memory:
+        await repository.upsert_user_setting(session, company_id, user_id, context_memory)
+        await audit.record_event(
+            session,
+            company_id=company_id,
+            actor_id=user_id,
+            action="user_settings.update",
+            target_kind="user",
+            target_id=user_id,
+            old={"context_memory": current},
+            new={"context_memory": context_memory},
+        )
+    if context_memory:
+        return UserSettingUpdate(True, None)
+
+    deleted = await _delete_user_memory(session, company_id, user_id)
+    if deleted.anything:
+        await audit.record_event(
+            session,
+            company_id=company_id,
+            actor_id=user_id,
+            action="user_memory.deleted",
+            target_kind="user",
+            target_id=user_id,
+            old=None,
+            new={
+                "profile": deleted.profile,
+                "versions": deleted.versions,
+                "jobs": deleted.jobs,
+                "folder": deleted.folder,
+            },
+        )
+    return UserSettingUpdate(False, deleted)
+
+
+async def _delete_user_memory(
+    session: AsyncSession, company_id: str, user_id: str
+) -> MemoryDeletion:
+    # Lock the profile first: an in-flight version write commits before we count and delete.
+    profile = await repository.lock_memory_file(session, company_id, user_id)
+    versions = await repository.delete_memory_versions(session, company_id, user_id)
+    profile = await repository.delete_memory_file(session, company_id, user_id) or profile
+    folder = await folders.delete_user_folder(session, company_id, user_id)
+    jobs = await repository.delete_pending_jobs(session, company_id, user_id)
+    return MemoryDeletion(profile=profile, versions=versions, jobs=jobs, folder=folder)
+
+
+# --- audit log ----------------------------------------------------------------------------------
+
+
+async def list_audit_events(
+    session: AsyncSession, company_id: str, page: PageRequest
+) -> Page[AuditRecord]:
+    """The company's audit events, newest first, cursor-paginated by id."""
+    records = await audit.select_events(
+        session, company_id, before_id=page.key("id", int), limit=page.limit + 1
+    )
+    return page_of(records, page.limit, lambda record: {"id": record.id})

@@ -1,0 +1,181 @@
+"""SQL for the folder tree, its ACL entries and the `memory.md` file row (flushes, never commits).
+
+Reads return `acl.FolderNode` chains so that the access check runs on what is stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import and_, delete, literal, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from app.folders.acl import AclEntry, FolderNode, Permission, PrincipalKind
+from app.folders.models import Folder, FolderAclEntry
+from app.profiles.models import MemoryFile
+
+# A chain deeper than this is corrupt (the tree is two levels deep); stop instead of looping.
+_MAX_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class FolderRecord:
+    """A stored folder: its id and its node (with the ancestors' nodes and all ACL entries)."""
+
+    id: uuid.UUID
+    node: FolderNode
+
+
+async def insert_folder(
+    session: AsyncSession,
+    company_id: str,
+    path: str,
+    *,
+    parent_id: uuid.UUID | None,
+    inherit_access: bool,
+) -> uuid.UUID | None:
+    """Create the folder unless `path` exists; the new id, or None when it already existed.
+
+    `ON CONFLICT DO NOTHING` waits for a concurrent inserter of the same path to finish, so a
+    caller that gets None can read the winner's folder (and its ACL entries) right after.
+    """
+    statement = (
+        insert(Folder)
+        .values(
+            company_id=company_id,
+            id=uuid.uuid4(),
+            path=path,
+            parent_id=parent_id,
+            inherit_access=inherit_access,
+        )
+        .on_conflict_do_nothing(index_elements=[Folder.company_id, Folder.path])
+        .returning(Folder.id)
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def insert_acl_entries(
+    session: AsyncSession, company_id: str, folder_id: uuid.UUID, entries: Iterable[AclEntry]
+) -> None:
+    rows = [
+        {
+            "company_id": company_id,
+            "folder_id": folder_id,
+            "principal_kind": entry.principal_kind,
+            "principal_id": entry.principal_id,
+            "permission": entry.permission.value,
+        }
+        for entry in entries
+    ]
+    if rows:
+        await session.execute(insert(FolderAclEntry).values(rows).on_conflict_do_nothing())
+
+
+async def select_folder(session: AsyncSession, company_id: str, path: str) -> FolderRecord | None:
+    """The folder at `path` with its ancestors and every ACL entry on the way, in one statement.
+
+    The ancestors are always loaded (whether or not the folder inherits); `acl.is_allowed`
+    decides what inheritance means.
+    """
+    parent = aliased(Folder)
+    anchor = (
+        select(
+            Folder.id,
+            Folder.parent_id,
+            Folder.path,
+            Folder.inherit_access,
+            literal(0).label("depth"),
+        )
+        .where(Folder.company_id == company_id, Folder.path == path)
+        .cte("chain", recursive=True)
+    )
+    chain = anchor.union_all(
+        select(
+            parent.id,
+            parent.parent_id,
+            parent.path,
+            parent.inherit_access,
+            anchor.c.depth + 1,
+        ).where(
+            parent.company_id == company_id,
+            parent.id == anchor.c.parent_id,
+            anchor.c.depth < _MAX_DEPTH,
+        )
+    )
+    statement = (
+        select(
+            chain.c.id,
+            chain.c.path,
+            chain.c.inherit_access,
+            chain.c.depth,
+            FolderAclEntry.principal_kind,
+            FolderAclEntry.principal_id,
+            FolderAclEntry.permission,
+        )
+        .select_from(
+            chain.outerjoin(
+                FolderAclEntry,
+                and_(
+                    FolderAclEntry.company_id == company_id,
+                    FolderAclEntry.folder_id == chain.c.id,
+                ),
+            )
+        )
+        .order_by(
+            chain.c.depth.desc(),
+            FolderAclEntry.principal_kind,
+            FolderAclEntry.principal_id,
+            FolderAclEntry.permission,
+        )
+    )
+    rows = (await session.execute(statement)).all()
+    if not rows:
+        return None
+
+    # Rows come root-most first; build each node on top of its parent's.
+    folders: dict[int, tuple[uuid.UUID, str, bool]] = {}
+    entries: dict[int, list[AclEntry]] = {}
+    for row in rows:
+        folders[row.depth] = (row.id, row.path, row.inherit_access)
+        bucket = entries.setdefault(row.depth, [])
+        if row.principal_kind is not None:
+            kind: PrincipalKind = "user" if row.principal_kind == "user" else "group"
+            bucket.append(AclEntry(kind, row.principal_id, Permission(row.permission)))
+    node: FolderNode | None = None
+    for depth in sorted(folders, reverse=True):
+        _, folder_path, inherit = folders[depth]
+        node = FolderNode(folder_path, inherit, tuple(entries[depth]), node)
+    assert node is not None
+    return FolderRecord(folders[0][0], node)
+
+
+async def delete_folder(session: AsyncSession, company_id: str, path: str) -> bool:
+    """Delete the folder at `path`; the FKs cascade to its ACL entries, subfolders and files."""
+    statement = (
+        delete(Folder)
+        .where(Folder.company_id == company_id, Folder.path == path)
+        .returning(Folder.id)
+    )
+    return (await session.execute(statement)).first() is not None
+
+
+async def insert_memory_file(
+    session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
+) -> None:
+    """The user's `memory.md` row, never indexed and hidden in chat; kept as is when it exists."""
+    statement = (
+        insert(MemoryFile)
+        .values(
+            company_id=company_id,
+            user_id=user_id,
+            folder_id=folder_id,
+            skip_ingestion=True,
+            hidden_in_chat=True,
+        )
+        .on_conflict_do_nothing(index_elements=[MemoryFile.company_id, MemoryFile.user_id])
+    )
+    await session.execute(statement)
