@@ -22,7 +22,8 @@ from app.errors import Forbidden, NotFound, Unauthorized
 
 KNOWN_ROLES = frozenset({"space_admin", "operator"})
 _REQUIRED_CLAIMS = ("exp", "aud", "iss", "sub", "company_id")
-_MAX_ID_LENGTH = 256
+_MAX_ID_LENGTH = 256  # user ids: the width of the user_id columns
+_MAX_COMPANY_ID_LENGTH = 128  # the width of the company_id columns
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
     if any(name not in claims for name in _REQUIRED_CLAIMS):
         raise Unauthorized
     sub, company = claims["sub"], claims["company_id"]
-    if not _is_identifier(sub) or not _is_identifier(company):
+    if not _is_identifier(sub) or not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
         raise Unauthorized
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
@@ -93,10 +94,10 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
     return Principal(user_id=sub, company_id=company, roles=frozenset(roles) & KNOWN_ROLES)
 
 
-def _is_identifier(value: object) -> bool:
+def _is_identifier(value: object, max_length: int = _MAX_ID_LENGTH) -> bool:
     return (
         isinstance(value, str)
-        and 0 < len(value) <= _MAX_ID_LENGTH
+        and 0 < len(value) <= max_length
         and value.isprintable()
         and value.strip() == value
     )

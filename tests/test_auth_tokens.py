@@ -99,6 +99,7 @@ CASES: list[tuple[str, Callable[[], dict[str, str]]]] = [
     ("missing company_id", lambda: header_for(signed(claims(company_id=None)))),
     ("empty sub", lambda: header_for(signed(claims(sub="")))),
     ("non-string company_id", lambda: header_for(signed(claims(company_id=42)))),
+    ("company_id over 128 chars", lambda: header_for(signed(claims(company_id="c" * 129)))),
     ("roles not a list", lambda: header_for(signed(claims(roles="operator")))),
     ("JWE (5 segments)", lambda: header_for("eyJhbGciOiJSU0EtT0FFUCJ9.a.b.c.d")),
     ("over 8 KiB", lambda: header_for(signed(claims(padding="x" * 9000)))),
