@@ -1,0 +1,247 @@
+"""The history store: a turn and its messages written in one statement, read back page by page,
+deleted per chat. Every statement filters by (company_id, user_id): two users' chats with the
+same id never meet. SQL only; flushes, never commits.
+
+Plain `text()` statements built once at import: the turn-save is on the orchestrator's hot path,
+so no ORM objects are loaded and no SQL is compiled per request.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import orjson
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.consolidation.queue import JobKind, JobPayload
+from app.conversations.modes import MessageSource, Role
+from app.errors import Conflict
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    id: uuid.UUID
+    company_id: str
+    user_id: str
+    chat_id: str
+    space_id: str
+    history_mode: str
+    language_model: str | None
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message to append, with its token count (counted once, here, so loads never re-count)."""
+
+    role: Role
+    content: str
+    source: MessageSource
+    tokens: int
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A queued job, written exactly as `consolidation.queue.enqueue_job` writes one."""
+
+    id: uuid.UUID
+    kind: JobKind
+    payload: JobPayload
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class NewIdempotencyRecord:
+    """The finished response of a keyed request, replayed for `ttl_hours`."""
+
+    key: str
+    request_hash: str
+    response_status: int
+    response_body: bytes
+    ttl_hours: int
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    role: Role
+    content: str
+    source: MessageSource
+    turn_id: uuid.UUID
+    created_at: datetime
+
+
+def chat_lock_key(company_id: str, user_id: str, chat_id: str) -> str:
+    """The advisory-lock key of one chat (ids hold no control characters, so \\x1f separates)."""
+    return f"turns.chat\x1f{company_id}\x1f{user_id}\x1f{chat_id}"
+
+
+_TURN_AND_MESSAGES = """
+WITH chat_lock AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS held
+), turn AS (
+    INSERT INTO turns (company_id, id, user_id, chat_id, space_id, history_mode, language_model)
+    VALUES (:company_id, CAST(:turn_id AS uuid), :user_id, :chat_id, :space_id, :history_mode,
+            :language_model)
+), message AS (
+    INSERT INTO chat_messages
+        (company_id, user_id, chat_id, turn_id, role, content, source, tokens)
+    SELECT :company_id, :user_id, :chat_id, CAST(:turn_id AS uuid),
+           m.role, m.content, m.source, m.tokens
+    FROM chat_lock,
+         unnest(CAST(:roles AS varchar[]), CAST(:contents AS varchar[]),
+                CAST(:sources AS varchar[]), CAST(:tokens AS integer[]))
+             WITH ORDINALITY AS m(role, content, source, tokens, position)
+    ORDER BY m.position
+    RETURNING 1
+)"""
+
+_JOB = """, job AS (
+    INSERT INTO jobs
+        (company_id, id, user_id, kind, status, payload, attempts, max_attempts, created_at)
+    VALUES (:company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
+            CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp())
+)"""
+
+# Called only while holding the key's advisory lock and after reading no live record, so the
+# conflict branch only ever replaces an expired record; `stored = 0` means that did not hold.
+_IDEMPOTENCY = """, idempotency AS (
+    INSERT INTO idempotency_keys AS k
+        (company_id, user_id, key, request_hash, response_status, response_body, expires_at)
+    VALUES (:company_id, :user_id, :idempotency_key, :request_hash, :response_status,
+            CAST(:response_body AS bytea), now() + make_interval(hours => :ttl_hours))
+    ON CONFLICT (company_id, user_id, key) DO UPDATE
+        SET request_hash = EXCLUDED.request_hash,
+            response_status = EXCLUDED.response_status,
+            response_body = EXCLUDED.response_body,
+            created_at = now(),
+            expires_at = EXCLUDED.expires_at
+        WHERE k.expires_at <= now()
+    RETURNING 1
+)"""
+
+
+def _save_turn_statement(with_job: bool, with_record: bool) -> TextClause:
+    stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
+    # constant fragments of this module, never user input
+    parts = [_TURN_AND_MESSAGES, _JOB if with_job else "", _IDEMPOTENCY if with_record else ""]
+    parts.append(f"\nSELECT (SELECT count(*) FROM message) AS saved, {stored} AS stored")  # noqa: S608
+    sql = "".join(parts)
+    return text(sql)
+
+
+_SAVE_TURN = {
+    (job, record): _save_turn_statement(job, record)
+    for job in (False, True)
+    for record in (False, True)
+}
+
+
+async def save_turn(
+    session: AsyncSession,
+    turn: NewTurn,
+    messages: Sequence[NewMessage],
+    *,
+    job: NewJob | None = None,
+    record: NewIdempotencyRecord | None = None,
+) -> int:
+    """Write the turn, its messages (in order) and optionally its job and idempotency record,
+    in ONE statement; returns how many messages were saved.
+
+    Ordering contract: the statement first takes a transaction-level advisory lock on the chat,
+    held until commit, so turn-saves of one chat are serialised. Message ids therefore follow
+    commit order within a chat, and each turn's messages are contiguous in id order: a reader
+    paging by id never sees half a turn nor one turn's messages interleaved with another's.
+    """
+    params: dict[str, object] = {
+        "chat_lock_key": chat_lock_key(turn.company_id, turn.user_id, turn.chat_id),
+        "company_id": turn.company_id,
+        "user_id": turn.user_id,
+        "chat_id": turn.chat_id,
+        "turn_id": turn.id,
+        "space_id": turn.space_id,
+        "history_mode": turn.history_mode,
+        "language_model": turn.language_model,
+        "roles": [m.role.value for m in messages],
+        "contents": [m.content for m in messages],
+        "sources": [m.source for m in messages],
+        "tokens": [m.tokens for m in messages],
+    }
+    if job is not None:
+        params |= {
+            "job_id": job.id,
+            "job_kind": job.kind,
+            "job_payload": orjson.dumps(job.payload).decode(),
+            "job_max_attempts": job.max_attempts,
+        }
+    if record is not None:
+        params |= {
+            "idempotency_key": record.key,
+            "request_hash": record.request_hash,
+            "response_status": record.response_status,
+            "response_body": record.response_body,
+            "ttl_hours": record.ttl_hours,
+        }
+    statement = _SAVE_TURN[(job is not None, record is not None)]
+    row = (await session.execute(statement, params)).one()
+    if record is not None and row.stored != 1:
+        # a live record appeared although we hold its lock: never save the turn twice
+        raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
+    return int(row.saved)
+
+
+_LIST_MESSAGES = text("""
+SELECT id, role, content, source, turn_id, created_at
+FROM chat_messages
+WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id AND id > :after_id
+ORDER BY id
+LIMIT :limit
+""")
+
+
+async def list_messages(
+    session: AsyncSession,
+    company_id: str,
+    user_id: str,
+    chat_id: str,
+    *,
+    after_id: int,
+    limit: int,
+) -> list[StoredMessage]:
+    """Up to `limit` of the caller's messages of the chat with id > `after_id`, oldest first."""
+    params = {
+        "company_id": company_id,
+        "user_id": user_id,
+        "chat_id": chat_id,
+        "after_id": after_id,
+        "limit": limit,
+    }
+    rows = await session.execute(_LIST_MESSAGES, params)
+    return [
+        StoredMessage(r.id, Role(r.role), r.content, r.source, r.turn_id, r.created_at)
+        for r in rows
+    ]
+
+
+_DELETE_CHAT = text("""
+WITH message AS (
+    DELETE FROM chat_messages
+    WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id
+    RETURNING 1
+), turn AS (
+    DELETE FROM turns
+    WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM message) + (SELECT count(*) FROM turn) AS deleted
+""")
+
+
+async def delete_chat(session: AsyncSession, company_id: str, user_id: str, chat_id: str) -> bool:
+    """Delete the caller's messages and turns of the chat; False when there were none."""
+    params = {"company_id": company_id, "user_id": user_id, "chat_id": chat_id}
+    deleted = (await session.execute(_DELETE_CHAT, params)).scalar_one()
+    return bool(deleted)

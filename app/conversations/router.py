@@ -1,0 +1,34 @@
+"""Routes of the stored chat history: list a chat's messages, delete a chat."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from app.auth import PrincipalDep
+from app.conversations import service
+from app.conversations.schemas import ChatIdPath, StoredMessageOut
+from app.db import SessionDep
+from app.pagination import Page, PageDep
+
+router = APIRouter(tags=["chats"])
+
+
+@router.get(
+    "/v1/chats/{chat_id}/messages",
+    summary="The caller's stored messages of a chat, oldest first (cursor paginated)",
+)
+async def list_chat_messages(
+    chat_id: ChatIdPath, principal: PrincipalDep, session: SessionDep, page: PageDep
+) -> Page[StoredMessageOut]:
+    return await service.list_chat_messages(session, principal, chat_id, page)
+
+
+@router.delete(
+    "/v1/chats/{chat_id}",
+    summary="Delete the caller's stored history of a chat",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={404: {"description": "The caller has no such chat"}},
+)
+async def delete_chat(chat_id: ChatIdPath, principal: PrincipalDep, session: SessionDep) -> None:
+    await service.delete_chat(session, principal, chat_id)

@@ -1,0 +1,51 @@
+"""Reading and deleting a user's stored chat history (`/v1/chats/{chat_id}`...)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.conversations import repository
+from app.conversations.schemas import StoredMessageOut
+from app.errors import NotFound
+from app.pagination import Page, PageRequest, page_of
+
+
+async def list_chat_messages(
+    session: AsyncSession, principal: Principal, chat_id: str, page: PageRequest
+) -> Page[StoredMessageOut]:
+    """The caller's stored messages of the chat, oldest first, paged by id.
+
+    A chat without messages is an empty page, not a 404: a chat id names nothing until a turn
+    is saved in it, and the caller only ever sees their own messages.
+    """
+    after = page.key("id", int) or 0
+    rows = await repository.list_messages(
+        session,
+        principal.company_id,
+        principal.user_id,
+        chat_id,
+        after_id=after,
+        limit=page.limit + 1,
+    )
+    items = [
+        StoredMessageOut(
+            id=row.id,
+            role=row.role,
+            content=row.content,
+            source=row.source,
+            turn_id=row.turn_id,
+            created_at=row.created_at,
+        )
+        for row in rows
+    ]
+    return page_of(items, page.limit, lambda item: {"id": item.id})
+
+
+async def delete_chat(session: AsyncSession, principal: Principal, chat_id: str) -> None:
+    """Delete the caller's messages and turns of the chat; 404 when the caller has none.
+
+    Consolidation jobs already queued for its turns stay queued; they find the turn gone.
+    """
+    if not await repository.delete_chat(session, principal.company_id, principal.user_id, chat_id):
+        raise NotFound("No such chat.")

@@ -1,0 +1,289 @@
+"""Load and inject (`POST /v1/chats/{chat_id}/context`): one SELECT, then pure rules.
+
+The read (`repository.select_context`) brings flags, settings, the head profile, its folder ACL
+and the newest stored history together; `effective_enablement`, `acl.is_allowed`,
+`plan_history`/`select_history`/`compose_messages` and the injection module decide the rest.
+Never calls a language model. The only extra statements are on the rare over-budget path,
+which queues one condensation job.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.config import Settings
+from app.consolidation.queue import JobPayload
+from app.conversations.modes import (
+    HistoryPlan,
+    Message,
+    Role,
+    SavedMessage,
+    compose_messages,
+    messages_to_save,
+    plan_history,
+    select_history,
+)
+from app.conversations.schemas import MessageOut, check_message_limits
+from app.enablement.decision import Decision, effective_enablement
+from app.folders.acl import Permission, is_allowed
+from app.folders.service import actor_of
+from app.profiles.document import ProfileFormatError
+from app.profiles.injection import compose_system_prompt
+from app.profiles.versions import STORED_TOKEN_COUNTER
+from app.turns import repository
+from app.turns.memory import memory_to_inject
+from app.turns.repository import ContextRow
+from app.turns.schemas import (
+    ConditionOut,
+    ContextDebug,
+    ContextRequest,
+    ContextResponse,
+    DebugHistory,
+    DebugMemory,
+    DebugMessage,
+    DebugPlaceholder,
+    DebugTokens,
+    HistoryOut,
+    MemoryOut,
+)
+
+logger = logging.getLogger("app.turns.context")
+
+NO_PROFILE_REASON = "Context memory is enabled, but there is no profile yet; nothing to inject."
+DENIED_REASON = "The access check on the memory folder did not grant READ; nothing injected."
+EMPTY_REASON = "Context memory is enabled, but the profile holds no notes yet; nothing to inject."
+UNREADABLE_REASON = "The stored profile could not be read; nothing injected."
+
+
+@dataclass(frozen=True)
+class MemoryOutcome:
+    """What happened to memory in this call (section is None when nothing is injected)."""
+
+    section: str | None
+    version: int | None
+    tokens: int | None
+    reason: str
+    access: Literal["allowed", "denied"] | None = None
+    truncated: bool = False
+    condensation_job_id: uuid.UUID | None = None
+
+
+async def load_context(
+    session: AsyncSession,
+    principal: Principal,
+    chat_id: str,
+    request: ContextRequest,
+    *,
+    settings: Settings,
+) -> ContextResponse:
+    """The final message list for the model call, with memory injected and history resolved."""
+    check_message_limits(
+        settings,
+        messages=request.messages,
+        placeholder_history=request.placeholder_history,
+        texts=[("system_prompt", request.system_prompt)],
+    )
+    messages = [m.to_message() for m in request.messages]
+    placeholder = (
+        None
+        if request.placeholder_history is None
+        else [m.to_message() for m in request.placeholder_history]
+    )
+    plan = plan_history(request.history_mode, messages, placeholder)
+    row = await repository.select_context(
+        session,
+        principal.company_id,
+        principal.user_id,
+        request.space_id,
+        chat_id,
+        history_limit=settings.history_max_messages if plan.load else None,
+    )
+    settings_row = row.settings
+    decision = effective_enablement(settings_row.flags, settings_row.space.state, settings_row.user)
+    memory = await _memory(
+        session,
+        principal,
+        space_id=request.space_id,
+        row=row,
+        decision=decision,
+        settings=settings,
+    )
+
+    history: list[Message] = []
+    history_tokens = 0
+    if row.history is not None:
+        stored_tokens = row.history.tokens
+        history = select_history(
+            row.history.messages,
+            settings.history_max_messages,
+            settings.history_max_tokens,
+            stored_tokens.__getitem__,
+        )
+        history_tokens = sum(stored_tokens[m.content] for m in history)
+
+    system_prompt = compose_system_prompt(_base_system_prompt(request, messages), memory.section)
+    final = compose_messages(system_prompt, history, placeholder, messages)
+    response = ContextResponse(
+        messages=[MessageOut.of(m) for m in final],
+        system_prompt=system_prompt,
+        memory=MemoryOut(
+            enabled=decision.enabled,
+            injected=memory.section is not None,
+            version=memory.version,
+            tokens=memory.tokens,
+            conditions=[ConditionOut.of(c) for c in decision.conditions],
+            reason=memory.reason,
+        ),
+        history=HistoryOut(
+            mode=plan.mode,
+            placeholder_detected=plan.detection.detected,
+            detected_by=plan.detection.detected_by,
+            loaded=plan.load,
+            loaded_messages=len(history),
+        ),
+    )
+    if request.debug:
+        would_save = messages_to_save(
+            request.history_mode,
+            placeholder,
+            messages,
+            Message(Role.ASSISTANT, ""),  # the response is not known yet: a stand-in
+        )
+        response.debug = _debug(
+            request=request,
+            settings=settings,
+            plan=plan,
+            row=row,
+            decision=decision,
+            memory=memory,
+            would_save=would_save,
+            history=history,
+            history_tokens=history_tokens,
+        )
+    return response
+
+
+def _base_system_prompt(request: ContextRequest, messages: list[Message]) -> str | None:
+    """The system prompt the memory section joins: the one `compose_messages` would pick."""
+    first = compose_messages(request.system_prompt, (), None, messages)
+    return first[0].content if first and first[0].role == Role.SYSTEM else None
+
+
+async def _memory(
+    session: AsyncSession,
+    principal: Principal,
+    *,
+    space_id: str,
+    row: ContextRow,
+    decision: Decision,
+    settings: Settings,
+) -> MemoryOutcome:
+    if not decision.enabled:
+        return MemoryOutcome(None, None, None, decision.reason())
+    profile = row.profile
+    if profile is None:
+        return MemoryOutcome(None, None, None, NO_PROFILE_REASON)
+    if row.folder is None or not is_allowed(actor_of(principal), row.folder, Permission.READ):
+        return MemoryOutcome(None, None, None, DENIED_REASON, access="denied")
+    budget = row.settings.space.user_memory.max_tokens
+    try:
+        injected = memory_to_inject(profile.content, profile.tokens, budget, STORED_TOKEN_COUNTER)
+    except ProfileFormatError:
+        logger.warning("unreadable stored profile version %s", profile.version)
+        return MemoryOutcome(None, None, None, UNREADABLE_REASON, access="allowed")
+    if injected is None:
+        return MemoryOutcome(None, None, None, EMPTY_REASON, access="allowed")
+    reason = f"Context memory is enabled; profile version {profile.version} is injected."
+    job_id = None
+    if profile.tokens > budget:
+        payload: JobPayload = {"space_id": space_id, "version": str(profile.version)}
+        config = row.settings.space.user_memory
+        if not config.use_orchestrator_language_model:
+            # the orchestrator's model is unknown at load time: without a configured one the
+            # worker uses its default
+            payload["model"] = config.language_model
+        job_id, _ = await repository.enqueue_condensation_once(
+            session,
+            principal.company_id,
+            principal.user_id,
+            payload=payload,
+            max_attempts=settings.job_max_attempts,
+        )
+        reason += (
+            f" It holds {profile.tokens} tokens, over the space's budget of {budget}, so a "
+            "truncated copy is injected and a condensation is queued."
+        )
+    return MemoryOutcome(
+        injected.section,
+        profile.version,
+        injected.tokens,
+        reason,
+        access="allowed",
+        truncated=injected.truncated,
+        condensation_job_id=job_id,
+    )
+
+
+def _debug(
+    *,
+    request: ContextRequest,
+    settings: Settings,
+    plan: HistoryPlan,
+    row: ContextRow,
+    decision: Decision,
+    memory: MemoryOutcome,
+    would_save: list[SavedMessage],
+    history: list[Message],
+    history_tokens: int,
+) -> ContextDebug:
+    """The trace of every decision (seed 000 "Debug Mode", plus memory and tokens)."""
+    profile = row.profile
+    return ContextDebug(
+        mode=plan.mode,
+        placeholder=DebugPlaceholder(
+            given=request.placeholder_history is not None,
+            detected=plan.detection.detected,
+            detected_by=plan.detection.detected_by,
+        ),
+        memory=DebugMemory(
+            enabled=decision.enabled,
+            reason=memory.reason,
+            conditions=[ConditionOut.of(c) for c in decision.conditions],
+            profile_exists=profile is not None,
+            profile_version=None if profile is None else profile.version,
+            access=memory.access,
+            injected=memory.section is not None,
+            truncated=memory.truncated,
+            condensation_job_id=memory.condensation_job_id,
+        ),
+        history=DebugHistory(
+            load=plan.load,
+            reason=plan.reason,
+            stored_messages_read=0 if row.history is None else len(row.history.messages),
+            loaded_messages=len(history),
+            loaded_tokens=history_tokens,
+            max_messages=settings.history_max_messages,
+            max_tokens=settings.history_max_tokens,
+        ),
+        would_save=[
+            DebugMessage(
+                role=saved.message.role,
+                source=saved.source,
+                content=None if saved.source == "response" else saved.message.content,
+            )
+            for saved in would_save
+        ],
+        tokens=DebugTokens(
+            profile=None if profile is None else profile.tokens,
+            injected=memory.tokens,
+            budget=row.settings.space.user_memory.max_tokens,
+            history=history_tokens,
+            history_budget=settings.history_max_tokens,
+        ),
+    )

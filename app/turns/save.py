@@ -1,0 +1,168 @@
+"""Turn-save (`POST /v1/chats/{chat_id}/turns`): store the exchange per mode, durably, and queue
+a consolidation when memory is active. Never waits for a model.
+
+Statements on the common path: one settings read, then one write (turn, messages, job and the
+idempotency record together). With an `Idempotency-Key`, one advisory-lock statement first.
+The first enabled turn of a user also creates the per-user folder (folders service).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.config import Settings
+from app.conversations import repository as history
+from app.conversations.modes import messages_to_save
+from app.conversations.schemas import check_message_limits
+from app.enablement.decision import effective_enablement
+from app.enablement.repository import SpaceRecord
+from app.errors import Conflict, Forbidden, Unprocessable
+from app.folders.service import ensure_user_folder
+from app.tokens import TokenCounter
+from app.turns import idempotency, repository
+from app.turns.schemas import ConsolidationOut, TurnRequest, TurnSaved
+
+QUEUED, SKIPPED = 202, 201
+FOLDER_REFUSED_REASON = (
+    "Context memory is enabled, but the access check refused creating your memory folder; "
+    "nothing was queued."
+)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """The response to send: a fresh one, or the stored one of an earlier identical request."""
+
+    status_code: int
+    body: bytes
+    replayed: bool
+
+
+async def save_turn(
+    session: AsyncSession,
+    principal: Principal,
+    chat_id: str,
+    request: TurnRequest,
+    *,
+    idempotency_key: str | None,
+    settings: Settings,
+    counter: TokenCounter,
+) -> TurnOutcome:
+    """Save the turn and queue its consolidation (202), or say why it was skipped (201).
+
+    With `idempotency_key` (scoped to the caller): while another request holds the key -> 409;
+    a live record with the same request hash -> that response replayed, nothing written; with
+    another hash -> 422. Otherwise the work is done and its response stored with the key, in the
+    same transaction, so a replay can never see a turn that was rolled back.
+    """
+    check_message_limits(
+        settings,
+        messages=request.messages,
+        placeholder_history=request.placeholder_history,
+        texts=[("response.content", request.response.content)],
+    )
+    company_id, user_id = principal.company_id, principal.user_id
+    request_hash = None
+    if idempotency_key is not None:
+        if not await repository.try_lock_idempotency_key(
+            session, company_id, user_id, idempotency_key
+        ):
+            raise Conflict(
+                "A request with this Idempotency-Key is still in progress; retry later.",
+                headers={"Retry-After": "1"},
+            )
+        request_hash = idempotency.request_hash(chat_id, request)
+    row = await repository.select_turn_settings(
+        session, company_id, user_id, request.space_id, idempotency_key
+    )
+    if row.record is not None:
+        if row.record.request_hash != request_hash:
+            raise Unprocessable.field(
+                f"header.{idempotency.HEADER}",
+                f"This {idempotency.HEADER} was already used with a different request.",
+            )
+        return TurnOutcome(row.record.response_status, row.record.response_body, replayed=True)
+
+    settings_row = row.settings
+    decision = effective_enablement(settings_row.flags, settings_row.space.state, settings_row.user)
+    placeholder = (
+        None
+        if request.placeholder_history is None
+        else [m.to_message() for m in request.placeholder_history]
+    )
+    saved = messages_to_save(
+        request.history_mode,
+        placeholder,
+        [m.to_message() for m in request.messages],
+        request.response.to_message(),
+    )
+    new_messages = [
+        history.NewMessage(
+            s.message.role, s.message.content, s.source, counter.count(s.message.content)
+        )
+        for s in saved
+    ]
+    turn = history.NewTurn(
+        id=uuid.uuid4(),
+        company_id=company_id,
+        user_id=user_id,
+        chat_id=chat_id,
+        space_id=request.space_id,
+        history_mode=request.history_mode.value,
+        language_model=request.language_model,
+    )
+    job = None
+    skipped = None if decision.enabled else decision.reason()
+    if skipped is None and not row.user_folder_exists:
+        skipped = await _provision_folder(session, principal)
+    if skipped is None:
+        model = consolidation_model(settings_row.space, request.language_model)
+        job = history.NewJob(
+            id=uuid.uuid4(),
+            kind="consolidation",
+            payload={"turn_id": str(turn.id), "space_id": request.space_id, "model": model},
+            max_attempts=settings.job_max_attempts,
+        )
+        consolidation = ConsolidationOut(status="queued", job_id=job.id, reason=None)
+    else:
+        consolidation = ConsolidationOut(status="skipped", job_id=None, reason=skipped)
+    status = QUEUED if job is not None else SKIPPED
+    body = TurnSaved(
+        turn_id=turn.id, saved_messages=len(new_messages), consolidation=consolidation
+    ).model_dump_json()
+    record = None
+    if idempotency_key is not None and request_hash is not None:
+        record = history.NewIdempotencyRecord(
+            key=idempotency_key,
+            request_hash=request_hash,
+            response_status=status,
+            response_body=body.encode(),
+            ttl_hours=settings.idempotency_ttl_hours,
+        )
+    await history.save_turn(session, turn, new_messages, job=job, record=record)
+    return TurnOutcome(status, body.encode(), replayed=False)
+
+
+async def _provision_folder(session: AsyncSession, principal: Principal) -> str | None:
+    """Create the per-user folder (first turn); the reason to skip consolidation if refused.
+
+    A refused folder must not lose the exchange: history is saved either way.
+    """
+    try:
+        await ensure_user_folder(session, principal)
+    except Forbidden:
+        return FOLDER_REFUSED_REASON
+    return None
+
+
+def consolidation_model(space: SpaceRecord, orchestrator_model: str | None) -> str:
+    """The model the consolidation runs with: the orchestrator's (when the space says so and the
+    turn names one), else the space's configured model."""
+    config = space.user_memory
+    if config.use_orchestrator_language_model and orchestrator_model:
+        return orchestrator_model
+    return config.language_model
