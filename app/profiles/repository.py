@@ -1,0 +1,399 @@
+"""SQL of the profile domain: versions written by compare-and-set on `memory_files.head_version`,
+reads of the head and of retained versions, retention, clearing, and the export's narrow reads.
+
+Flushes (executes), never commits: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import ColumnElement, Row, and_, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
+
+from app.consolidation.models import Job
+from app.conversations.models import ChatMessage, Turn
+from app.db import Base
+from app.enablement.models import AuditEvent, UserSettings
+from app.pagination import Page, PageRequest, page_of
+from app.profiles.document import Operation, Profile, render
+from app.profiles.models import MemoryFile, MemoryVersion
+from app.profiles.versions import (
+    HeadState,
+    MemoryFileMissing,
+    VersionConflict,
+    VersionInfo,
+    VersionReason,
+    VersionRow,
+    content_sha256,
+    operations_json,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+R = TypeVar("R", bound="DataclassInstance")
+
+# The columns are named as the dataclass fields, which `_version_info/_version_row` rely on.
+_INFO_COLUMNS = tuple(getattr(MemoryVersion, field.name) for field in fields(VersionInfo))
+_ROW_COLUMNS = (*_INFO_COLUMNS, MemoryVersion.content)
+
+
+def _version_info(row: Row[Any]) -> VersionInfo:
+    return VersionInfo(**{column.key: row._mapping[column.key] for column in _INFO_COLUMNS})
+
+
+def _version_row(row: Row[Any]) -> VersionRow:
+    return VersionRow(**{column.key: row._mapping[column.key] for column in _ROW_COLUMNS})
+
+
+def _owner(company_id: str, user_id: str) -> tuple[Any, ...]:
+    return (MemoryVersion.company_id == company_id, MemoryVersion.user_id == user_id)
+
+
+# --- the compare-and-set write -------------------------------------------------------------------
+
+
+async def write_version(
+    session: AsyncSession,
+    *,
+    company_id: str,
+    user_id: str,
+    expected_version: int,
+    profile: Profile,
+    reason: VersionReason,
+    operations: Sequence[Operation],
+    source_turn_ids: Sequence[str] = (),
+    model: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    job_id: uuid.UUID | None = None,
+    tokens: int,
+) -> VersionRow:
+    """Write `profile` as version `expected_version + 1`, if and only if the head is `expected`.
+
+    Step 1 is the compare-and-set `UPDATE memory_files SET head_version = expected + 1 ... WHERE
+    head_version = expected`: concurrent writers of one user queue on the row lock and all but
+    one find the head moved (PostgreSQL re-checks the WHERE on the newest row), raising
+    `VersionConflict`. Step 2 inserts the version; its primary key (company, user, version) is
+    the unique constraint behind the CAS, and a conflict there is a `VersionConflict` too.
+    After a `VersionConflict` the transaction holds a half-done write: roll it back.
+    A missing memory.md row raises `MemoryFileMissing`. The frontmatter must already be the
+    service's (see `versions.stamp`); `tokens` is stored as given.
+    """
+    if profile.user_id != user_id:
+        raise ValueError("the profile's frontmatter must name its owner")
+    advance = (
+        update(MemoryFile)
+        .where(
+            MemoryFile.company_id == company_id,
+            MemoryFile.user_id == user_id,
+            MemoryFile.head_version == expected_version,
+        )
+        .values(head_version=expected_version + 1, updated_at=func.now())
+        .returning(MemoryFile.head_version)
+        .execution_options(synchronize_session=False)
+    )
+    if (await session.execute(advance)).scalar_one_or_none() is None:
+        current = await select_head_version(session, company_id, user_id)
+        if current is None:
+            raise MemoryFileMissing
+        raise VersionConflict(expected_version, current)
+
+    content = render(profile)
+    values = {
+        "company_id": company_id,
+        "user_id": user_id,
+        "version": expected_version + 1,
+        "content": content,
+        "sha256": content_sha256(content),
+        "tokens": tokens,
+        "reason": reason,
+        "operations": operations_json(operations),
+        "source_turn_ids": list(source_turn_ids),
+        "model": model,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "job_id": job_id,
+    }
+    statement = (
+        insert(MemoryVersion)
+        .values(**values)
+        .on_conflict_do_nothing(
+            index_elements=[MemoryVersion.company_id, MemoryVersion.user_id, MemoryVersion.version]
+        )
+        .returning(MemoryVersion.created_at)
+    )
+    created_at = (await session.execute(statement)).scalar_one_or_none()
+    if created_at is None:
+        raise VersionConflict(expected_version, expected_version + 1)
+    return VersionRow(**values, created_at=created_at)  # type: ignore[arg-type]
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+async def select_head_version(
+    session: AsyncSession, company_id: str, user_id: str, *, lock: bool = False
+) -> int | None:
+    """memory.md's head version number (None without the row); `lock` row-locks it first,
+    waiting for an in-flight writer, so that later reads in the transaction see its result."""
+    statement = select(MemoryFile.head_version).where(
+        MemoryFile.company_id == company_id, MemoryFile.user_id == user_id
+    )
+    if lock:
+        statement = statement.with_for_update()
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def select_head_state(
+    session: AsyncSession, company_id: str, user_id: str
+) -> HeadState | None:
+    """memory.md's head number and head version in one statement; None without a memory.md."""
+    statement = (
+        select(MemoryFile.head_version, *_ROW_COLUMNS)
+        .select_from(MemoryFile)
+        .outerjoin(
+            MemoryVersion,
+            and_(
+                MemoryVersion.company_id == MemoryFile.company_id,
+                MemoryVersion.user_id == MemoryFile.user_id,
+                MemoryVersion.version == MemoryFile.head_version,
+            ),
+        )
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+    )
+    row = (await session.execute(statement)).first()
+    if row is None:
+        return None
+    head = None if row.version is None else _version_row(row)
+    return HeadState(company_id, user_id, row.head_version, head)
+
+
+async def read_head(session: AsyncSession, company_id: str, user_id: str) -> VersionRow | None:
+    """The current version, or None when the user has no profile (none yet, or cleared)."""
+    state = await select_head_state(session, company_id, user_id)
+    return None if state is None else state.row
+
+
+async def read_version(
+    session: AsyncSession, company_id: str, user_id: str, version: int
+) -> VersionRow | None:
+    statement = select(*_ROW_COLUMNS).where(
+        *_owner(company_id, user_id), MemoryVersion.version == version
+    )
+    row = (await session.execute(statement)).first()
+    return None if row is None else _version_row(row)
+
+
+async def list_versions(
+    session: AsyncSession, company_id: str, user_id: str, page: PageRequest
+) -> Page[VersionInfo]:
+    """Retained versions without content, newest first, cursor on the version number."""
+    before = page.key("version", int)
+    statement = select(*_INFO_COLUMNS).where(*_owner(company_id, user_id))
+    if before is not None:
+        statement = statement.where(MemoryVersion.version < before)
+    statement = statement.order_by(MemoryVersion.version.desc()).limit(page.limit + 1)
+    rows = [_version_info(row) for row in (await session.execute(statement)).all()]
+    return page_of(rows, page.limit, lambda info: {"version": info.version})
+
+
+async def read_all_versions(
+    session: AsyncSession, company_id: str, user_id: str
+) -> list[VersionRow]:
+    """Every retained version with content, oldest first (the export)."""
+    statement = (
+        select(*_ROW_COLUMNS).where(*_owner(company_id, user_id)).order_by(MemoryVersion.version)
+    )
+    return [_version_row(row) for row in (await session.execute(statement)).all()]
+
+
+async def previous_version_number(
+    session: AsyncSession, company_id: str, user_id: str, before: int
+) -> int | None:
+    """The newest retained version older than `before`, or None."""
+    statement = select(func.max(MemoryVersion.version)).where(
+        *_owner(company_id, user_id), MemoryVersion.version < before
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+# --- retention and clearing ----------------------------------------------------------------------
+
+
+async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
+    """Delete all but the newest `keep` versions (never the head); the number deleted.
+
+    Versions are contiguous, so what remains is the contiguous newest run. Call it in the
+    transaction that wrote the version: the CAS row lock then serialises it per user.
+    """
+    if keep < 1:
+        raise ValueError("keep at least the head")
+    newest = (
+        select(MemoryVersion.version)
+        .where(*_owner(company_id, user_id))
+        .order_by(MemoryVersion.version.desc())
+        .limit(keep)
+        .subquery()
+    )
+    cutoff = select(func.min(newest.c.version)).scalar_subquery()
+    head = (
+        select(MemoryFile.head_version)
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+        .scalar_subquery()
+    )
+    statement = (
+        delete(MemoryVersion)
+        .where(*_owner(company_id, user_id), MemoryVersion.version < cutoff)
+        .where(MemoryVersion.version != head)
+        .returning(MemoryVersion.version)
+        .execution_options(synchronize_session=False)
+    )
+    return len((await session.execute(statement)).all())
+
+
+async def delete_profile(
+    session: AsyncSession, company_id: str, user_id: str, head_version: int
+) -> int:
+    """Clear the profile: delete every version and advance the head past them, by CAS.
+
+    The memory.md row, the folder and the settings stay. The head number is *not* reset: it
+    becomes `head_version + 1` with no version row (a cleared head), so numbering continues
+    and an ETag is never reused — a client holding `"5"` from before the clear gets 412, never
+    overwrites the next profile. Raises `VersionConflict` if the head moved. Returns the number
+    of versions deleted.
+    """
+    advance = (
+        update(MemoryFile)
+        .where(
+            MemoryFile.company_id == company_id,
+            MemoryFile.user_id == user_id,
+            MemoryFile.head_version == head_version,
+        )
+        .values(head_version=head_version + 1, updated_at=func.now())
+        .returning(MemoryFile.head_version)
+        .execution_options(synchronize_session=False)
+    )
+    if (await session.execute(advance)).scalar_one_or_none() is None:
+        raise VersionConflict(head_version, await select_head_version(session, company_id, user_id))
+    statement = (
+        delete(MemoryVersion)
+        .where(*_owner(company_id, user_id))
+        .returning(MemoryVersion.version)
+        .execution_options(synchronize_session=False)
+    )
+    return len((await session.execute(statement)).all())
+
+
+# --- the export's reads of other domains' tables (narrow, owner-filtered) ------------------------
+# Each record's fields name exactly the columns exported (jobs: no payload, no error text).
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    id: uuid.UUID
+    chat_id: str
+    space_id: str
+    history_mode: str
+    language_model: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    id: int
+    chat_id: str
+    turn_id: uuid.UUID
+    role: str
+    content: str
+    source: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: uuid.UUID
+    kind: str
+    status: str
+    outcome: str | None
+    version: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+    occurred_at: datetime
+    actor_id: str
+    action: str
+    target_kind: str
+    target_id: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+
+async def select_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:
+    statement = select(UserSettings.context_memory).where(
+        UserSettings.company_id == company_id, UserSettings.user_id == user_id
+    )
+    return (await session.execute(statement)).scalar_one_or_none()
+
+
+async def _select_records(
+    session: AsyncSession,
+    record: type[R],
+    table: type[Base],
+    *where: ColumnElement[bool],
+    order_by: Sequence[InstrumentedAttribute[Any]],
+) -> list[R]:
+    """Rows of `table` as `record`s: exactly the columns named by the record's fields."""
+    columns = [getattr(table, field.name) for field in fields(record)]
+    statement = select(*columns).where(*where).order_by(*order_by)
+    return [record(*row) for row in (await session.execute(statement)).all()]
+
+
+async def select_turns(session: AsyncSession, company_id: str, user_id: str) -> list[TurnRecord]:
+    owned = (Turn.company_id == company_id, Turn.user_id == user_id)
+    return await _select_records(
+        session, TurnRecord, Turn, *owned, order_by=(Turn.created_at, Turn.id)
+    )
+
+
+async def select_messages(
+    session: AsyncSession, company_id: str, user_id: str
+) -> list[MessageRecord]:
+    owned = (ChatMessage.company_id == company_id, ChatMessage.user_id == user_id)
+    return await _select_records(
+        session, MessageRecord, ChatMessage, *owned, order_by=(ChatMessage.id,)
+    )
+
+
+async def select_jobs(session: AsyncSession, company_id: str, user_id: str) -> list[JobRecord]:
+    owned = (Job.company_id == company_id, Job.user_id == user_id)
+    return await _select_records(session, JobRecord, Job, *owned, order_by=(Job.created_at, Job.id))
+
+
+async def select_audit_events(
+    session: AsyncSession, company_id: str, user_id: str
+) -> list[AuditRecord]:
+    """Events about the user's own setting and memory (target kind `user`).
+
+    Events an actor with the same id caused are left out on purpose: `actor_id` does not carry
+    the actor's company (operators act on other companies), so it does not prove who acted.
+    """
+    about_user = (
+        AuditEvent.company_id == company_id,
+        AuditEvent.target_kind == "user",
+        AuditEvent.target_id == user_id,
+    )
+    return await _select_records(
+        session, AuditRecord, AuditEvent, *about_user, order_by=(AuditEvent.id,)
+    )

@@ -1,0 +1,266 @@
+"""Request and response bodies of the user's memory routes (`/v1/me/memory...`).
+
+The one request body forbids unknown fields, so a client cannot send `user_id`, `version` or
+`turn_count`; those are the service's to write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Final
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+from app.pagination import Page
+from app.profiles.repository import AuditRecord, JobRecord, MessageRecord, TurnRecord
+from app.profiles.service import MemoryExport, VersionDiff
+from app.profiles.versions import VersionInfo, VersionReason, VersionRow
+
+MAX_CONTENT_CHARS: Final = 200_000
+
+
+class MemoryIn(BaseModel):
+    """A complete memory.md. Any frontmatter in it is ignored; the service writes its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: Annotated[StrictStr, Field(max_length=MAX_CONTENT_CHARS)]
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+class MemoryOut(BaseModel):
+    """The current profile. `version` is also the ETag (quoted) for If-Match / If-None-Match."""
+
+    content: str
+    version: int
+    tokens: int = Field(description="Tokens of the profile body, as stored with the version")
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: VersionRow) -> MemoryOut:
+        return cls(
+            content=row.content, version=row.version, tokens=row.tokens, updated_at=row.created_at
+        )
+
+
+class OperationOut(BaseModel):
+    op: str
+    section: str
+    old: str | None
+    new: str | None
+
+
+class VersionSummaryOut(BaseModel):
+    """A retained version without its content."""
+
+    version: int
+    sha256: str
+    tokens: int
+    reason: VersionReason
+    created_at: datetime
+    model: str | None
+    tokens_in: int | None
+    tokens_out: int | None
+    source_turn_ids: list[str]
+    job_id: uuid.UUID | None
+    operation_counts: dict[str, int] = Field(description="ADD / UPDATE / DELETE counts")
+
+    @classmethod
+    def fields_of(cls, info: VersionInfo) -> dict[str, object]:
+        return {
+            "version": info.version,
+            "sha256": info.sha256,
+            "tokens": info.tokens,
+            "reason": info.reason,
+            "created_at": info.created_at,
+            "model": info.model,
+            "tokens_in": info.tokens_in,
+            "tokens_out": info.tokens_out,
+            "source_turn_ids": info.source_turn_ids,
+            "job_id": info.job_id,
+            "operation_counts": info.operation_counts,
+        }
+
+    @classmethod
+    def of(cls, info: VersionInfo) -> VersionSummaryOut:
+        return cls.model_validate(cls.fields_of(info))
+
+    @classmethod
+    def page(cls, page: Page[VersionInfo]) -> Page[VersionSummaryOut]:
+        return Page[VersionSummaryOut](
+            items=[cls.of(info) for info in page.items], next_cursor=page.next_cursor
+        )
+
+
+class VersionOut(VersionSummaryOut):
+    """A retained version with its content and the operations that produced it."""
+
+    content: str
+    operations: list[OperationOut]
+
+    @classmethod
+    def of_row(cls, row: VersionRow) -> VersionOut:
+        return cls.model_validate(
+            {
+                **cls.fields_of(row),
+                "content": row.content,
+                "operations": [OperationOut.model_validate(op) for op in row.operations],
+            }
+        )
+
+
+class VersionDiffOut(BaseModel):
+    """A unified diff from version `from` (0: the empty document) to version `to`."""
+
+    from_version: int = Field(alias="from")
+    to: int
+    diff: str
+
+    @classmethod
+    def of(cls, diff: VersionDiff) -> VersionDiffOut:
+        return cls.model_validate(
+            {"from": diff.from_version, "to": diff.to_version, "diff": diff.diff}
+        )
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+class ExportSettingsOut(BaseModel):
+    context_memory: bool
+
+
+class TurnOut(BaseModel):
+    id: uuid.UUID
+    space_id: str
+    history_mode: str
+    language_model: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, turn: TurnRecord) -> TurnOut:
+        return cls(
+            id=turn.id,
+            space_id=turn.space_id,
+            history_mode=turn.history_mode,
+            language_model=turn.language_model,
+            created_at=turn.created_at,
+        )
+
+
+class ChatMessageOut(BaseModel):
+    id: int
+    turn_id: uuid.UUID
+    role: str
+    content: str
+    source: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, message: MessageRecord) -> ChatMessageOut:
+        return cls(
+            id=message.id,
+            turn_id=message.turn_id,
+            role=message.role,
+            content=message.content,
+            source=message.source,
+            created_at=message.created_at,
+        )
+
+
+class ChatOut(BaseModel):
+    chat_id: str
+    turns: list[TurnOut]
+    messages: list[ChatMessageOut] = Field(description="In stored order")
+
+    @classmethod
+    def group(cls, turns: list[TurnRecord], messages: list[MessageRecord]) -> list[ChatOut]:
+        """One entry per chat, by first activity; turns and messages keep their order."""
+        first: dict[str, datetime] = {}
+        for chat_id, at in [(t.chat_id, t.created_at) for t in turns] + [
+            (m.chat_id, m.created_at) for m in messages
+        ]:
+            first[chat_id] = min(first.get(chat_id, at), at)
+        return [
+            cls(
+                chat_id=chat_id,
+                turns=[TurnOut.of(t) for t in turns if t.chat_id == chat_id],
+                messages=[ChatMessageOut.of(m) for m in messages if m.chat_id == chat_id],
+            )
+            for chat_id in sorted(first, key=lambda chat_id: (first[chat_id], chat_id))
+        ]
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    kind: str
+    status: str
+    outcome: str | None
+    version: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobOut:
+        return cls(
+            id=job.id,
+            kind=job.kind,
+            status=job.status,
+            outcome=job.outcome,
+            version=job.version,
+            created_at=job.created_at,
+            finished_at=job.finished_at,
+        )
+
+
+class AuditEventOut(BaseModel):
+    id: int
+    occurred_at: datetime
+    action: str
+    old: dict[str, object] | None
+    new: dict[str, object] | None
+
+    @classmethod
+    def of(cls, event: AuditRecord) -> AuditEventOut:
+        return cls(
+            id=event.id,
+            occurred_at=event.occurred_at,
+            action=event.action,
+            old=event.old,
+            new=event.new,
+        )
+
+
+class MemoryExportOut(BaseModel):
+    """Everything the service holds about the caller, as one document."""
+
+    user_id: str
+    company_id: str
+    exported_at: datetime
+    settings: ExportSettingsOut
+    profile: MemoryOut | None
+    versions: list[VersionOut] = Field(description="Every retained version, oldest first")
+    chats: list[ChatOut]
+    jobs: list[JobOut] = Field(description="Your consolidation jobs (ids only, no payload)")
+    audit_events: list[AuditEventOut] = Field(description="Changes of your own setting")
+
+    @classmethod
+    def of(cls, export: MemoryExport) -> MemoryExportOut:
+        return cls(
+            user_id=export.user_id,
+            company_id=export.company_id,
+            exported_at=export.exported_at,
+            settings=ExportSettingsOut(context_memory=export.context_memory),
+            profile=None if export.profile is None else MemoryOut.of(export.profile),
+            versions=[VersionOut.of_row(row) for row in export.versions],
+            chats=ChatOut.group(export.turns, export.messages),
+            jobs=[JobOut.of(job) for job in export.jobs],
+            audit_events=[AuditEventOut.of(event) for event in export.audit_events],
+        )

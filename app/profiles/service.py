@@ -1,0 +1,417 @@
+"""The user's memory profile as a versioned file: read, edit, clear, history, restore, export,
+and the two calls the consolidation worker makes (`load_profile`, `save_consolidation`).
+
+Every read and write goes through `folders.service.authorize_memory_access` on the owner's
+folder first; every write is a compare-and-set on the head version (`repository.write_version`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.errors import Conflict, NotFound, PreconditionFailed
+from app.folders import repository as folder_repository
+from app.folders import service as folders
+from app.folders.acl import Permission, user_folder_path
+from app.pagination import Page, PageRequest
+from app.profiles import repository
+from app.profiles.document import (
+    Operation,
+    Profile,
+    diff_operations,
+    empty_profile,
+    parse,
+)
+from app.profiles.repository import AuditRecord, JobRecord, MessageRecord, TurnRecord
+from app.profiles.versions import (
+    EntityTags,
+    HeadState,
+    VersionConflict,
+    VersionInfo,
+    VersionReason,
+    VersionRow,
+    WorkerReason,
+    check_user_profile_size,
+    check_write_preconditions,
+    count_tokens,
+    parse_user_profile,
+    same_sections,
+    stamp,
+    unified_diff,
+)
+
+OPTED_OUT = (
+    "Context memory is turned off for your account; turn it on in /v1/me/settings before "
+    "writing a memory profile."
+)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """The head after a write request.
+
+    `written`: a new version was stored (False when the request changed nothing); `created`:
+    the request created the profile (there was no current version before).
+    """
+
+    row: VersionRow
+    written: bool
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    from_version: int
+    to_version: int
+    diff: str
+
+
+@dataclass(frozen=True)
+class MemoryExport:
+    """Everything the service holds about one user (memory content only if the check allows)."""
+
+    user_id: str
+    company_id: str
+    exported_at: datetime
+    context_memory: bool
+    profile: VersionRow | None
+    versions: list[VersionRow]
+    turns: list[TurnRecord]
+    messages: list[MessageRecord]
+    jobs: list[JobRecord]
+    audit_events: list[AuditRecord]
+
+
+def _owner(company_id: str, user_id: str) -> Principal:
+    """The owner acting through the worker: the same access check as over HTTP, no roles."""
+    return Principal(user_id=user_id, company_id=company_id, roles=frozenset())
+
+
+def _stored_profile(row: VersionRow | None) -> Profile | None:
+    return None if row is None else parse(row.content)
+
+
+async def _write(
+    session: AsyncSession,
+    state: HeadState,
+    profile: Profile,
+    *,
+    reason: VersionReason,
+    operations: Sequence[Operation],
+    keep_versions: int,
+    source_turn_ids: Sequence[str] = (),
+    model: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    job_id: uuid.UUID | None = None,
+) -> VersionRow:
+    """The compare-and-set write on `state.head_version`, then retention."""
+    company_id, user_id = state.company_id, state.user_id
+    row = await repository.write_version(
+        session,
+        company_id=company_id,
+        user_id=user_id,
+        expected_version=state.head_version,
+        profile=profile,
+        reason=reason,
+        operations=operations,
+        source_turn_ids=source_turn_ids,
+        model=model,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        job_id=job_id,
+        tokens=count_tokens(profile),
+    )
+    await repository.prune_versions(session, company_id, user_id, keep_versions)
+    return row
+
+
+# --- the user's API ------------------------------------------------------------------------------
+
+
+async def read_memory(session: AsyncSession, principal: Principal) -> VersionRow:
+    """The caller's current version; 404 when there is none (or no access)."""
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    head = await repository.read_head(session, principal.company_id, principal.user_id)
+    if head is None:
+        raise NotFound("No memory.")
+    return head
+
+
+async def replace_memory(
+    session: AsyncSession,
+    principal: Principal,
+    content: str,
+    *,
+    if_match: EntityTags | None,
+    if_none_match: EntityTags | None,
+    keep_versions: int,
+) -> WriteOutcome:
+    """PUT: create (`If-None-Match: *`) or replace (`If-Match`) the caller's profile.
+
+    The client's frontmatter is ignored: the stored one names the caller, `last_updated` is now
+    and `turn_count` is carried over from the head (a user edit is not a consolidation).
+    Sending back the head's bullets unchanged writes nothing (`written` False).
+    """
+    company_id, user_id = principal.company_id, principal.user_id
+    if await repository.select_user_setting(session, company_id, user_id) is False:
+        raise Conflict(OPTED_OUT)
+    folder_id, _ = await folders.ensure_user_folder(session, principal)
+    await folders.authorize_memory_access(session, principal, Permission.WRITE)
+    state = await repository.select_head_state(session, company_id, user_id)
+    if state is None:  # first write: the memory.md row (skip_ingestion, hidden_in_chat)
+        await folders.ensure_memory_file(session, company_id, user_id, folder_id)
+        state = await repository.select_head_state(session, company_id, user_id)
+        if state is None:
+            raise RuntimeError("memory.md vanished while it was being ensured")
+    current = None if state.row is None else state.row.version
+    check_write_preconditions(current, if_match, if_none_match, may_create=True)
+    edited = parse_user_profile(content, user_id)
+    return await _write_edit(session, state, edited, "user_edit", keep_versions)
+
+
+async def _write_edit(
+    session: AsyncSession,
+    state: HeadState,
+    edited: Profile,
+    reason: VersionReason,
+    keep_versions: int,
+) -> WriteOutcome:
+    """A user's edit or restore: nothing when the bullets equal the head's; else a version with
+    fresh frontmatter whose `turn_count` is the head's (an edit is not a consolidation)."""
+    head = state.row
+    head_profile = _stored_profile(head)
+    if head is not None and head_profile is not None and same_sections(head_profile, edited):
+        return WriteOutcome(head, written=False)
+    check_user_profile_size(edited)
+    before = head_profile or empty_profile(state.user_id)
+    now = datetime.now(UTC)
+    new = stamp(edited, user_id=state.user_id, now=now, turn_count=before.frontmatter.turn_count)
+    operations = diff_operations(before, new)
+    row = await _write(
+        session, state, new, reason=reason, operations=operations, keep_versions=keep_versions
+    )
+    return WriteOutcome(row, written=True, created=head is None)
+
+
+async def clear_memory(
+    session: AsyncSession, principal: Principal, *, if_match: EntityTags | None
+) -> int:
+    """DELETE: remove every version; keep the folder, the memory.md row and the settings.
+
+    The head number advances past the cleared versions (see `repository.delete_profile`), so a
+    later create continues the numbering and old ETags never match again. `If-Match` is
+    optional here. Returns the number of versions deleted; 404 when there is no profile.
+    """
+    company_id, user_id = principal.company_id, principal.user_id
+    await folders.authorize_memory_access(session, principal, Permission.WRITE)
+    # Lock first, so the head read below is the newest and no writer slips in before the clear.
+    if await repository.select_head_version(session, company_id, user_id, lock=True) is None:
+        raise NotFound("No memory.")
+    state = await repository.select_head_state(session, company_id, user_id)
+    if state is None or state.row is None:
+        raise NotFound("No memory.")
+    if if_match is not None and not if_match.matches(state.head_version, weak=False):
+        raise PreconditionFailed("If-Match does not name the current version.")
+    return await repository.delete_profile(session, company_id, user_id, state.head_version)
+
+
+async def list_versions(
+    session: AsyncSession, principal: Principal, page: PageRequest
+) -> Page[VersionInfo]:
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    return await repository.list_versions(session, principal.company_id, principal.user_id, page)
+
+
+async def read_version(session: AsyncSession, principal: Principal, version: int) -> VersionRow:
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    return await _retained(session, principal, version)
+
+
+async def _retained(session: AsyncSession, principal: Principal, version: int) -> VersionRow:
+    row = await repository.read_version(session, principal.company_id, principal.user_id, version)
+    if row is None:
+        raise NotFound(f"No version {version}.")
+    return row
+
+
+async def diff_versions(
+    session: AsyncSession, principal: Principal, version: int, against: int | None
+) -> VersionDiff:
+    """Unified diff from `against` to `version`.
+
+    `against` defaults to the previous retained version (n-1 unless it was pruned or cleared),
+    or 0 — the empty document — when there is none; 0 may also be asked for explicitly.
+    """
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    target = await _retained(session, principal, version)
+    if against is None:
+        previous = await repository.previous_version_number(
+            session, principal.company_id, principal.user_id, version
+        )
+        against = previous or 0
+    old = "" if against == 0 else (await _retained(session, principal, against)).content
+    diff = unified_diff(old, target.content, old_version=against, new_version=version)
+    return VersionDiff(from_version=against, to_version=version, diff=diff)
+
+
+async def restore_version(
+    session: AsyncSession,
+    principal: Principal,
+    version: int,
+    *,
+    if_match: EntityTags | None,
+    keep_versions: int,
+) -> WriteOutcome:
+    """A new version (reason `restore`) holding version `version`'s body with fresh frontmatter.
+
+    Needs `If-Match` of the current head (428 without, 412 when stale). Restoring a body equal
+    to the head's writes nothing.
+    """
+    company_id, user_id = principal.company_id, principal.user_id
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    await folders.authorize_memory_access(session, principal, Permission.WRITE)
+    source = await _retained(session, principal, version)
+    state = await repository.select_head_state(session, company_id, user_id)
+    if state is None:  # a version exists, so its memory.md does (FK); defensive only
+        raise NotFound("No memory.")
+    current = None if state.row is None else state.row.version
+    check_write_preconditions(current, if_match, None, may_create=False)
+    return await _write_edit(session, state, parse(source.content), "restore", keep_versions)
+
+
+async def export_memory(session: AsyncSession, principal: Principal) -> MemoryExport:
+    """Everything held about the caller, all filtered by the token's (company, user).
+
+    The profile and versions come only through the access check; a caller without a memory
+    folder (never used, or opted out) still gets settings, chats and jobs, with `profile` null.
+    """
+    company_id, user_id = principal.company_id, principal.user_id
+    profile: VersionRow | None = None
+    versions: list[VersionRow] = []
+    try:
+        await folders.authorize_memory_access(session, principal, Permission.READ)
+    except NotFound:
+        pass
+    else:
+        profile = await repository.read_head(session, company_id, user_id)
+        versions = await repository.read_all_versions(session, company_id, user_id)
+    setting = await repository.select_user_setting(session, company_id, user_id)
+    return MemoryExport(
+        user_id=user_id,
+        company_id=company_id,
+        exported_at=datetime.now(UTC),
+        context_memory=setting is not False,
+        profile=profile,
+        versions=versions,
+        turns=await repository.select_turns(session, company_id, user_id),
+        messages=await repository.select_messages(session, company_id, user_id),
+        jobs=await repository.select_jobs(session, company_id, user_id),
+        audit_events=await repository.select_audit_events(session, company_id, user_id),
+    )
+
+
+# --- what the consolidation worker (and the turn endpoints) call --------------------------------
+
+
+async def load_profile(session: AsyncSession, company_id: str, user_id: str) -> tuple[Profile, int]:
+    """The head profile and the version to pass back as `expected_version`.
+
+    `(empty_profile(user_id), 0)` when no memory.md exists yet; after a clear, the empty profile
+    with the cleared head's number. Raises `NotFound` when the user's folder is missing or
+    denies READ (the memory was deleted by an opt-out): drop the job, write nothing.
+    """
+    await folders.authorize_memory_access(session, _owner(company_id, user_id), Permission.READ)
+    state = await repository.select_head_state(session, company_id, user_id)
+    if state is None:
+        return empty_profile(user_id), 0
+    return _stored_profile(state.row) or empty_profile(user_id), state.head_version
+
+
+async def save_consolidation(
+    session: AsyncSession,
+    *,
+    company_id: str,
+    user_id: str,
+    expected_version: int,
+    new_profile: Profile,
+    reason: WorkerReason,
+    operations: Sequence[Operation],
+    keep_versions: int,
+    source_turn_ids: Sequence[str] = (),
+    model: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    job_id: uuid.UUID | None = None,
+    now: datetime | None = None,
+) -> VersionRow | None:
+    """Write the worker's result as a new version by compare-and-set on `expected_version`.
+
+    The frontmatter is the service's, whatever `new_profile` carries: the owner, `now`, and
+    `turn_count` = the head's + 1 for reason `consolidation` (unchanged for `condensation` and
+    `truncation`; save a consolidation that also had to be condensed or cut as `consolidation`).
+    Returns the new version, or None when the sections (and the truncation flag) equal the
+    head's (an empty profile when there is none): nothing is written, as for a NOOP.
+    On the first write the memory.md row is created in the user's existing folder (never the
+    folder itself: a folder deleted by an opt-out stays deleted).
+
+    Raises `VersionConflict` when the head moved (roll back, `load_profile` again, rebase) and
+    `NotFound` when the folder is gone or denies WRITE (drop the job). Older versions beyond
+    `keep_versions` are pruned in the same transaction.
+    """
+    owner = _owner(company_id, user_id)
+    await folders.authorize_memory_access(session, owner, Permission.WRITE)
+    state = await repository.select_head_state(session, company_id, user_id)
+    if state is None:
+        if expected_version != 0:
+            raise VersionConflict(expected_version, None)
+        state = await _create_memory_file(session, owner)
+    if state.head_version != expected_version:
+        raise VersionConflict(expected_version, state.head_version)
+    before = _stored_profile(state.row) or empty_profile(user_id)
+    if same_sections(before, new_profile) and before.truncated == new_profile.truncated:
+        return None
+    increment = 1 if reason == "consolidation" else 0
+    new = stamp(
+        new_profile,
+        user_id=user_id,
+        now=now or datetime.now(UTC),
+        turn_count=before.frontmatter.turn_count + increment,
+    )
+    return await _write(
+        session,
+        state,
+        new,
+        reason=reason,
+        operations=operations,
+        keep_versions=keep_versions,
+        source_turn_ids=source_turn_ids,
+        model=model,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        job_id=job_id,
+    )
+
+
+async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadState:
+    record = await folder_repository.select_folder(
+        session, owner.company_id, user_folder_path(owner.user_id)
+    )
+    if record is None:
+        raise NotFound("No memory.")
+    await folders.ensure_memory_file(session, owner.company_id, owner.user_id, record.id)
+    state = await repository.select_head_state(session, owner.company_id, owner.user_id)
+    if state is None:
+        raise NotFound("No memory.")
+    return state
+
+
+async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
+    """Retention for the worker: keep the newest `keep` versions (never the head)."""
+    return await repository.prune_versions(session, company_id, user_id, keep)
