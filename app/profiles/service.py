@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
+from app.enablement.service import lock_user_memory
 from app.errors import Conflict, NotFound, PreconditionFailed
 from app.folders import repository as folder_repository
 from app.folders import service as folders
@@ -160,6 +161,8 @@ async def replace_memory(
     Sending back the head's bullets unchanged writes nothing (`written` False).
     """
     company_id, user_id = principal.company_id, principal.user_id
+    # serialise with an opt-out in flight: it either commits first (we see it) or waits for us
+    await lock_user_memory(session, company_id, user_id)
     if await repository.select_user_setting(session, company_id, user_id) is False:
         raise Conflict(OPTED_OUT)
     folder_id, _ = await folders.ensure_user_folder(session, principal)
@@ -366,6 +369,9 @@ async def save_consolidation(
     `keep_versions` are pruned in the same transaction.
     """
     owner = _owner(company_id, user_id)
+    await lock_user_memory(session, company_id, user_id)  # see replace_memory
+    if await repository.select_user_setting(session, company_id, user_id) is False:
+        raise NotFound("The user turned context memory off.")
     await folders.authorize_memory_access(session, owner, Permission.WRITE)
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None:
