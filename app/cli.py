@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
 
+    worker = commands.add_parser("worker", help="run the consolidation worker only (to SIGTERM)")
+    worker.add_argument(
+        "--check", action="store_true", help="healthcheck: exit 0 if the worker loop is alive"
+    )
+
     commands.add_parser("migrate", help="alembic upgrade head")
 
     token = commands.add_parser("token", help="print a JWT signed with the configured key")
@@ -38,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = get_settings()
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
+    if args.command == "worker":
+        return _worker_check(settings) if args.check else _worker(settings)
     if args.command == "migrate":
         return _migrate(settings)
     if args.command == "token":
@@ -96,6 +105,46 @@ def _migrate(settings: Settings) -> int:
         embedded.stop()
     print(f"migrated the embedded database in {settings.embedded_pg_dir} to head")
     return 0
+
+
+def _worker(settings: Settings) -> int:
+    """Run the worker until SIGTERM or SIGINT, through the app's lifespan (which starts and
+    migrates the embedded database when DATABASE_URL is unset, and stops the worker
+    gracefully on the way out)."""
+    from app.observability import configure_logging  # noqa: PLC0415
+
+    configure_logging(settings.log_level)
+    where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
+    print(f"Context Memory worker  database: {where}", flush=True)
+    asyncio.run(_run_worker(settings.model_copy(update={"worker_enabled": True})))
+    return 0
+
+
+async def _run_worker(settings: Settings) -> None:
+    from app.main import create_app, lifespan  # noqa: PLC0415
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with lifespan(create_app(settings)):
+        await stop.wait()
+
+
+def _worker_check(settings: Settings) -> int:
+    from app.consolidation.worker import heartbeat_is_fresh  # noqa: PLC0415
+
+    path = settings.worker_heartbeat_file
+    if heartbeat_is_fresh(path, heartbeat_max_age_seconds(settings)):
+        return 0
+    print(f"worker heartbeat {path} is missing or stale", file=sys.stderr)
+    return 1
+
+
+def heartbeat_max_age_seconds(settings: Settings) -> float:
+    """How old the heartbeat file may be for `worker --check`: a few poll intervals, but at
+    least a lease (a slot busy with one long job does not touch the file meanwhile)."""
+    return max(settings.worker_poll_seconds * 5, float(settings.job_lease_seconds))
 
 
 def _serve(settings: Settings, host: str, port: int) -> int:

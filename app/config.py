@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     job_lease_seconds: int = Field(default=60, ge=5)
     job_max_attempts: int = Field(default=5, ge=1)
     job_batch_size: int = Field(default=10, ge=1)
+    # touched by every idle worker poll; `worker --check` reads its age
+    worker_heartbeat_file: Path = Path("/tmp/context-memory-worker.heartbeat")  # noqa: S108
 
     @field_validator("jwt_algorithms", mode="before")
     @classmethod

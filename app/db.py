@@ -133,6 +133,7 @@ def alembic_config(url: str) -> Config:
     config = Config(str(ALEMBIC_INI))
     config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
     config.attributes["database_url"] = url
+    config.attributes["skip_logging"] = True  # keep the service's JSON logging configuration
     return config
 
 

@@ -277,6 +277,17 @@ class OpenAIChatModel:
         await self.aclose()
 
 
+# Space settings name models by the platform's identifiers (the seed's default is
+# `AZURE_GPT_4o_2024_1120`); the API wants its own model name. Unknown names pass unchanged,
+# so a space may also name an API model (or an Azure deployment) directly.
+MODEL_ALIASES: Mapping[str, str] = {"AZURE_GPT_4o_2024_1120": "gpt-4o-2024-11-20"}
+
+
+def resolve_model_name(name: str) -> str:
+    """The API model name for a space's or the orchestrator's model identifier."""
+    return MODEL_ALIASES.get(name, name)
+
+
 def create_chat_model(settings: Settings) -> OpenAIChatModel | None:
     """The configured model, or None for the offline rule-based engine (see module table)."""
     if settings.llm_provider == "rules":

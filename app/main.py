@@ -15,6 +15,8 @@ from app import auth, operations
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation import jobs_router
+from app.consolidation import router as consolidation_router
+from app.consolidation.pipeline import BackgroundWorker
 from app.conversations import router as conversations_router
 from app.db import create_database, head_revision, is_database_unavailable, run_migrations
 from app.embedded_pg import EmbeddedPostgres
@@ -46,11 +48,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(run_migrations, url)
     database = create_database(url, settings)
     app.state.database = database
-    worker = None
+    worker: BackgroundWorker | None = None
     try:
         if settings.worker_enabled:
-            from app.consolidation.pipeline import BackgroundWorker  # noqa: PLC0415
-
             worker = BackgroundWorker(database, settings, app.state.metrics)
             worker.start()
         yield
@@ -107,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(folders_router.router)
     app.include_router(profiles_router.router)
     app.include_router(jobs_router.router)
+    app.include_router(consolidation_router.router)
     app.include_router(turns_router.router)
     app.include_router(conversations_router.router)
     return app

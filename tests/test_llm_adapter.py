@@ -26,6 +26,7 @@ from app.llm import (
     OpenAIChatModel,
     create_chat_model,
     parse_retry_after,
+    resolve_model_name,
 )
 from tests.conftest import make_settings
 from tests.llm_stub import (
@@ -483,3 +484,15 @@ async def test_engine_selection(overrides: dict[str, Any], expects_model: bool) 
 def test_unworkable_configuration_fails_at_startup(overrides: dict[str, Any]) -> None:
     with pytest.raises(ChatModelConfigError):
         create_chat_model(llm_settings(**overrides))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("AZURE_GPT_4o_2024_1120", "gpt-4o-2024-11-20"),
+        ("gpt-4o-mini", "gpt-4o-mini"),
+        ("my-azure-deployment", "my-azure-deployment"),
+    ],
+)
+def test_model_identifiers_resolve_to_api_names(name: str, expected: str) -> None:
+    assert resolve_model_name(name) == expected

@@ -52,6 +52,7 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/v1/me/memory/export"): "user",
     ("GET", "/v1/companies/{company_id}/folders/user-memory"): "company_read",
     ("GET", "/v1/jobs/{job_id}"): "user",
+    ("POST", "/v1/me/memory/consolidations"): "user",
     ("GET", "/v1/companies/{company_id}/jobs"): "operator",
     ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): "operator",
 }

@@ -1,0 +1,86 @@
+"""Explicit consolidation (`POST /v1/me/memory/consolidations`): one exchange handed in directly.
+
+The exchange is stored as a turn of the reserved chat `_memory-consolidations` (so job payloads
+stay ids only, the worker consolidates it like any turn, and the caller's export shows it), then
+queued. With `wait`, the request commits first and then polls the job until it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from app.auth import Principal
+from app.config import Settings
+from app.consolidation import queue
+from app.consolidation.queue import JobRow
+from app.conversations.modes import HistoryMode
+from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
+from app.db import Database
+from app.errors import Conflict
+from app.tokens import TokenCounter
+from app.turns.save import save_turn
+from app.turns.schemas import TurnRequest
+
+RESERVED_CHAT_ID = "_memory-consolidations"
+POLL_SECONDS = 0.1
+FINISHED = frozenset({"succeeded", "dead"})
+
+
+class ConsolidationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    space_id: SpaceId
+    user: Text
+    assistant: Text
+
+
+async def request_consolidation(
+    database: Database,
+    principal: Principal,
+    body: ConsolidationRequest,
+    *,
+    settings: Settings,
+    counter: TokenCounter,
+) -> uuid.UUID:
+    """Store the exchange and queue its consolidation, committed before returning the job id.
+
+    Memory not effectively enabled for (space, caller) → 409 with the reason; nothing is stored.
+    """
+    turn = TurnRequest(
+        space_id=body.space_id,
+        history_mode=HistoryMode.NEVER,
+        messages=[MessageIn(role="user", content=body.user)],
+        response=ResponseIn(content=body.assistant),
+    )
+    async with database.sessionmaker() as session, session.begin():
+        outcome = await save_turn(
+            session,
+            principal,
+            RESERVED_CHAT_ID,
+            turn,
+            idempotency_key=None,
+            settings=settings,
+            counter=counter,
+        )
+        consolidation = orjson.loads(outcome.body)["consolidation"]
+        if consolidation["job_id"] is None:  # raising here rolls the saved exchange back
+            raise Conflict(f"Nothing was queued: {consolidation['reason']}")
+    return uuid.UUID(consolidation["job_id"])
+
+
+async def wait_for_job(
+    database: Database, principal: Principal, job_id: uuid.UUID, timeout_seconds: float
+) -> JobRow:
+    """Poll the job (one short read each time) until it succeeded or died, or the timeout."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        async with database.sessionmaker() as session:
+            job = await queue.get_job(session, principal.company_id, principal.user_id, job_id)
+        if job.status in FINISHED or time.monotonic() >= deadline:
+            return job
+        await asyncio.sleep(POLL_SECONDS)

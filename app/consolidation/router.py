@@ -1,0 +1,52 @@
+"""`POST /v1/me/memory/consolidations`: consolidate one exchange now (async, or `?wait=true`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
+
+from app.auth import PrincipalDep
+from app.config import Settings
+from app.consolidation.explicit import ConsolidationRequest, request_consolidation, wait_for_job
+from app.consolidation.schemas import JobView
+from app.db import Database
+from app.tokens import TokenCounter
+
+router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
+_COUNTER = TokenCounter()
+
+
+@router.post(
+    "/v1/me/memory/consolidations",
+    summary="Consolidate one exchange into your memory (queued; `wait=true` for the result)",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        200: {"description": "Finished (with `wait=true`): succeeded or dead", "model": JobView},
+        409: {"description": "Context memory is not enabled for you in this space"},
+    },
+)
+async def consolidate_exchange(
+    body: ConsolidationRequest,
+    principal: PrincipalDep,
+    *,
+    request: Request,
+    response: Response,
+    wait: Annotated[bool, Query(description="Wait for the consolidation to finish")] = False,
+    wait_seconds: Annotated[
+        float,
+        Query(alias="timeout", gt=0, le=120, description="Seconds to wait with `wait=true`"),
+    ] = 30.0,
+) -> JobView:
+    """The exchange is committed and queued before waiting starts; a wait that times out
+    answers 202 with the job still pending (poll `GET /v1/jobs/{job_id}`)."""
+    database: Database = request.app.state.database
+    settings: Settings = request.app.state.settings
+    job_id = await request_consolidation(
+        database, principal, body, settings=settings, counter=_COUNTER
+    )
+    job = await wait_for_job(database, principal, job_id, wait_seconds if wait else 0)
+    if job.status in ("succeeded", "dead"):
+        response.status_code = status.HTTP_200_OK
+    response.headers["Location"] = f"/v1/jobs/{job_id}"
+    return JobView.of(job)

@@ -1,0 +1,216 @@
+"""The worker as it runs in production: several slots on one queue, the in-process worker of
+`serve`, and `python -m app worker [--check]` as a separate process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from app.config import PROJECT_ROOT
+from app.main import create_app
+from app.profiles.document import parse
+from tests.conftest import TEST_JWT_SECRET, AuthFactory, make_settings
+from tests.consolidation.test_pipeline import (
+    USER,
+    bullets,
+    job_row,
+    make_handler,
+    make_worker,
+    rows,
+    save_turn,
+    versions,
+    wait_for,
+)
+from tests.enablement.settings_helpers import enable_company
+
+SKILLS = [
+    "Python", "Rust", "Go", "Kotlin", "Scala", "Haskell", "Elixir", "Julia", "Terraform", "Ansible",
+    "Kafka", "Spark", "Airflow", "dbt", "Snowflake", "BigQuery", "Redis", "Kubernetes", "Docker",
+    "PostgreSQL",
+]  # fmt: skip
+
+
+async def pending_jobs(app: FastAPI) -> int:
+    (row,) = await rows(app, "SELECT count(*) AS n FROM jobs WHERE status <> 'succeeded'")
+    return int(row.n)
+
+
+async def test_twenty_turns_in_four_chats_on_two_slots_keep_every_fact_and_a_linear_history(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    await enable_company(client, auth)
+    handler, metrics, _ = make_handler(app)
+    worker = make_worker(app, handler, metrics, concurrency=2, batch_size=3)
+    running = asyncio.create_task(worker.run())
+    try:
+        for number, skill in enumerate(SKILLS):
+            await save_turn(client, auth, f"I know {skill}", chat_id=f"chat-{number % 4}")
+            await asyncio.sleep(0.01)
+
+        async def drained() -> bool:
+            return await pending_jobs(app) == 0
+
+        await wait_for(drained)
+    finally:
+        worker.stop()
+        await running
+
+    stored = await versions(app)
+    assert [v.version for v in stored] == list(range(1, len(stored) + 1))  # no gap, no fork
+    known = bullets(stored[-1].content, "Skills & Expertise")
+    assert sorted(known) == sorted(f"Knows {skill}." for skill in SKILLS)
+    for older, newer in itertools.pairwise(stored):  # each builds on the one before
+        assert set(bullets(older.content, "Skills & Expertise")) <= set(
+            bullets(newer.content, "Skills & Expertise")
+        )
+    turn_ids = [turn for v in stored for turn in v.source_turn_ids]
+    assert len(turn_ids) == len(set(turn_ids)) == len(SKILLS)
+    assert parse(stored[-1].content).frontmatter.turn_count == len(stored)
+
+
+async def test_serve_runs_the_worker_in_process_when_enabled(
+    database_url: str, auth: AuthFactory, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        database_url,
+        worker_enabled=True,
+        worker_poll_seconds=0.05,
+        worker_heartbeat_file=tmp_path / "worker.heartbeat",
+    )
+    application = create_app(settings)
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            await enable_company(client, auth)
+            job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+
+            async def finished() -> bool:
+                return str((await job_row(application, job_id)).status) == "succeeded"
+
+            await wait_for(finished)
+            response = await client.get("/v1/me/memory", headers=auth(USER))
+            assert response.status_code == 200
+            assert "Works as a data engineer." in response.json()["content"]
+    assert (tmp_path / "worker.heartbeat").exists()
+
+
+def _cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "TEST_DATABASE_URL"}
+    }
+    env.update(
+        {
+            "ENVIRONMENT": "test",
+            "JWT_SECRET": TEST_JWT_SECRET,
+            "LLM_PROVIDER": "rules",
+            "WORKER_HEARTBEAT_FILE": str(tmp_path / "worker.heartbeat"),
+            "WORKER_POLL_SECONDS": "0.1",
+            "JOB_LEASE_SECONDS": "5",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def _check(env: dict[str, str]) -> int:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "worker", "--check"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return result.returncode
+
+
+def test_worker_check_reads_the_heartbeat_file_age(tmp_path: Path) -> None:
+    env = _cli_env(tmp_path)
+    heartbeat = tmp_path / "worker.heartbeat"
+    assert _check(env) == 1  # never touched
+
+    heartbeat.touch()
+    assert _check(env) == 0
+
+    stale = time.time() - 60  # older than a lease (5 s) and five polls
+    os.utime(heartbeat, (stale, stale))
+    assert _check(env) == 1
+
+
+async def test_python_m_app_worker_consolidates_and_stops_gracefully_on_sigterm(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str, tmp_path: Path
+) -> None:
+    await enable_company(client, auth)
+    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    env = _cli_env(tmp_path, DATABASE_URL=database_url)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app",
+        "worker",
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+
+        async def finished() -> bool:
+            return str((await job_row(app, job_id)).status) == "succeeded"
+
+        await wait_for(finished, seconds=60)
+        assert (tmp_path / "worker.heartbeat").exists()
+        assert _check(env) == 0
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    assert [v.version for v in await versions(app)] == [1]
+    assert uuid.UUID(str((await versions(app))[0].job_id)) == job_id
+
+
+@pytest.mark.slow
+async def test_python_m_app_worker_starts_and_migrates_the_embedded_database_when_unconfigured(
+    tmp_path: Path,
+) -> None:
+    (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="emb-worker-") as data:
+        env = _cli_env(tmp_path, EMBEDDED_PG_DIR=str(Path(data) / "pg"))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app",
+            "worker",
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+
+            async def polling() -> bool:  # the loop runs: the database is up and migrated
+                return (tmp_path / "worker.heartbeat").exists()
+
+            await wait_for(polling, seconds=120)
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+        assert process.returncode == 0, stderr.decode()[-2000:]
+        assert not (Path(data) / "pg" / "postmaster.pid").exists()  # released on the way out
