@@ -75,6 +75,10 @@ LEASE_LOST: Final = "lease_lost"
 
 INVALID_OUTPUT: Final = "invalid_model_output"
 CHANGE_GUARD: Final = "change_guard"
+OVERSIZED_OUTPUT: Final = "oversized_model_output"
+MAX_CHARS_PER_OUTPUT_TOKEN: Final = 8
+"""A token is a few characters; an answer longer than this many per allowed output token came
+from a server that ignored the output limit and is refused unread."""
 VERSION_CONFLICT: Final = "version_conflict"
 _INVALID_OUTPUT_MESSAGE: Final = (
     "The language model's answer was not valid consolidation output; the memory is unchanged."
@@ -85,6 +89,9 @@ _UNFIT_OPERATIONS_MESSAGE: Final = (
 _CHANGE_GUARD_MESSAGE: Final = (
     "The consolidation would delete more of the memory than one update may without the user "
     "asking to forget; the memory is unchanged."
+)
+_OVERSIZED_MESSAGE: Final = (
+    "The language model's answer was far larger than its output limit; the memory is unchanged."
 )
 _CONFLICT_MESSAGE: Final = "The memory kept changing during consolidation; it will be retried."
 _MODEL_MESSAGES: Final = {
@@ -333,6 +340,8 @@ class ConsolidationPipeline:
             json_mode=json_mode,
         )
         result = await chat_model.complete(request)
+        if len(result.text) > max_tokens * MAX_CHARS_PER_OUTPUT_TOKEN:
+            raise JobFailure(OVERSIZED_OUTPUT, _OVERSIZED_MESSAGE, retryable=False)
         usage.tokens_in += result.tokens_in
         usage.tokens_out += result.tokens_out
         usage.model = result.model

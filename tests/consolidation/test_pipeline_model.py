@@ -247,6 +247,21 @@ FAILURES: dict[str, tuple[list[ScriptStep], str, str]] = {
     "server error": ([reply("UPDATE"), status(500)], "retrying", "model_unavailable"),
     "not a completion": ([reply("UPDATE"), malformed()], "retrying", "model_invalid_response"),
     "rate limited at the gate": ([status(429)], "retrying", "model_rate_limited"),
+    "oversized output": (
+        [
+            reply("UPDATE"),
+            reply(
+                ops(
+                    *(
+                        {"op": "ADD", "section": "Work Context", "text": f"Fact {n} " + "x" * 400}
+                        for n in range(200)
+                    )
+                )
+            ),
+        ],
+        "dead",
+        "oversized_model_output",
+    ),
 }
 
 

@@ -20,12 +20,14 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.config import PROJECT_ROOT
+from app.llm import OpenAIChatModel
 from app.main import create_app
 from app.profiles.document import parse
 from tests.conftest import TEST_JWT_SECRET, AuthFactory, make_settings
 from tests.consolidation.test_pipeline import (
     USER,
     bullets,
+    head_content,
     job_row,
     make_handler,
     make_worker,
@@ -35,6 +37,7 @@ from tests.consolidation.test_pipeline import (
     wait_for,
 )
 from tests.enablement.settings_helpers import enable_company
+from tests.llm_stub import StubLLMServer, delay, reply
 
 SKILLS = [
     "Python", "Rust", "Go", "Kotlin", "Scala", "Haskell", "Elixir", "Julia", "Terraform", "Ansible",
@@ -214,3 +217,63 @@ async def test_python_m_app_worker_starts_and_migrates_the_embedded_database_whe
             _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
         assert process.returncode == 0, stderr.decode()[-2000:]
         assert not (Path(data) / "pg" / "postmaster.pid").exists()  # released on the way out
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_once(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    database_url: str,
+    tmp_path: Path,
+    llm_stub: StubLLMServer,
+) -> None:
+    """SIGKILL a `python -m app worker` process while it waits for the model: its lease runs
+    out, another worker re-claims the job (attempt 2) and exactly one version is written."""
+    await enable_company(client, auth)
+    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    add = '{"decision": "UPDATE", "operations": [{"op": "ADD", "section": "Identity", "text": "Works at Acme."}]}'  # noqa: E501
+    llm_stub.script(
+        delay(60, then=reply("UPDATE")),  # the first worker's gate call: it never returns
+        reply("UPDATE"),
+        reply(add),
+    )
+    env = _cli_env(
+        tmp_path,
+        DATABASE_URL=database_url,
+        LLM_PROVIDER="openai",
+        OPENAI_BASE_URL=llm_stub.base_url,
+        LLM_TIMEOUT_SECONDS="120",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app", "worker", cwd=PROJECT_ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+
+        async def mid_call() -> bool:
+            return len(llm_stub.requests) == 1
+
+        await wait_for(mid_call, seconds=60)
+        assert str((await job_row(app, job_id)).status) == "running"
+    finally:
+        process.kill()
+        await process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    async with OpenAIChatModel(
+        api_key=None, base_url=llm_stub.base_url, timeout_seconds=10
+    ) as chat_model:
+        handler, metrics, _ = make_handler(app, chat_model)
+        worker = make_worker(app, handler, metrics)
+        claimed = None
+        deadline = time.monotonic() + 30
+        while claimed is None and time.monotonic() < deadline:  # until the lease (5 s) expires
+            claimed = await worker.run_once()
+            if claimed is None:
+                await asyncio.sleep(0.2)
+    assert claimed is not None and claimed.jobs[0].id == job_id
+    job = await job_row(app, job_id)
+    assert (job.status, job.outcome, job.attempts, job.version) == ("succeeded", "updated", 2, 1)
+    assert [v.version for v in await versions(app)] == [1]
+    assert bullets(await head_content(app), "Identity") == ["Works at Acme."]
