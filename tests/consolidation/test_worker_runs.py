@@ -220,7 +220,7 @@ async def test_python_m_app_worker_starts_and_migrates_the_embedded_database_whe
 
 
 @pytest.mark.slow
-async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_once(
+async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_once(  # noqa: PLR0917
     app: FastAPI,
     client: httpx.AsyncClient,
     auth: AuthFactory,
@@ -272,8 +272,11 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_o
             claimed = await worker.run_once()
             if claimed is None:
                 await asyncio.sleep(0.2)
-    assert claimed is not None and claimed.jobs[0].id == job_id
+    assert claimed is not None
+    assert claimed.jobs[0].id == job_id
     job = await job_row(app, job_id)
     assert (job.status, job.outcome, job.attempts, job.version) == ("succeeded", "updated", 2, 1)
     assert [v.version for v in await versions(app)] == [1]
-    assert bullets(await head_content(app), "Identity") == ["Works at Acme."]
+    content = await head_content(app)
+    assert content is not None
+    assert bullets(content, "Identity") == ["Works at Acme."]
