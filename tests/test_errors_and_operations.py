@@ -214,3 +214,31 @@ def test_settings_refuse_the_dev_secret_outside_development() -> None:
     with pytest.raises(ValueError, match="development secret"):
         Settings(_env_file=None, environment="production")
     assert Settings(_env_file=None, environment="development").environment == "development"
+
+
+def test_logs_are_json_lines_with_the_request_id() -> None:
+    import io  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+
+    import orjson  # noqa: PLC0415
+
+    from app.observability import JsonFormatter, _request_id  # noqa: PLC0415
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("test.json-logs")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    token = _request_id.set("req-42")
+    try:
+        logger.info("request", extra={"method": "GET", "route": "/v1/me", "status": 200})
+    finally:
+        _request_id.reset(token)
+        logger.removeHandler(handler)
+    line = orjson.loads(stream.getvalue())
+    assert line["msg"] == "request"
+    assert line["request_id"] == "req-42"
+    assert (line["method"], line["route"], line["status"]) == ("GET", "/v1/me", 200)
+    assert line["level"] == "info"

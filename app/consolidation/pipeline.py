@@ -46,6 +46,7 @@ from app.llm import (
     resolve_model_name,
 )
 from app.observability import Metrics
+from app.turns.repository import prune_idempotency_keys
 from app.profiles.budget import truncate_to_budget
 from app.profiles.document import (
     Operation,
@@ -548,7 +549,13 @@ class BackgroundWorker:
     def __init__(self, database: Database, settings: Settings, metrics: Metrics) -> None:
         self._chat_model = create_chat_model(settings)
         handler = make_consolidation_handler(database, settings, self._chat_model, metrics)
-        self.worker = Worker(database.engine, handler, worker_config(settings), metrics)
+        self.worker = Worker(
+            database.engine,
+            handler,
+            worker_config(settings),
+            metrics,
+            maintenance=(prune_idempotency_keys,),
+        )
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -16,7 +16,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -57,6 +57,10 @@ class JobFailure(Exception):
         self.retry_after_seconds = retry_after_seconds
 
 
+Maintenance = Callable[[AsyncEngine], Awaitable[int]]
+"""A periodic housekeeping step (e.g. pruning expired idempotency keys); returns rows touched."""
+MAINTENANCE_INTERVAL_SECONDS: Final = 300.0
+
 JobHandler = Callable[[ClaimedJob, asyncio.Event], Awaitable[str]]
 """Runs one claim; returns the outcome (`noop` | `updated`) after committing it with
 `complete_jobs`. The event is set when the lease was lost: stop and write nothing."""
@@ -84,8 +88,10 @@ class Worker:
         config: WorkerConfig,
         metrics: Metrics,
         worker_id: str | None = None,
+        maintenance: Sequence[Maintenance] = (),
     ) -> None:
         self.engine = engine
+        self.maintenance = tuple(maintenance)
         self.handler = handler
         self.config = config
         self.metrics = metrics
@@ -211,7 +217,14 @@ class Worker:
                 return
 
     async def _report_stats(self) -> None:
+        """Every few seconds: the heartbeat file (alive even while every slot is busy with a long
+        job), the queue gauges, and every MAINTENANCE_INTERVAL_SECONDS the housekeeping steps."""
+        last_maintenance = float("-inf")
         while True:
+            self._touch_heartbeat_file()
+            if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECONDS:
+                last_maintenance = time.monotonic()
+                await self._run_maintenance()
             try:
                 stats = await queue_stats(self.engine)
                 for status, depth in stats["depth"].items():
@@ -220,6 +233,15 @@ class Worker:
             except Exception:
                 logger.warning("queue statistics unavailable", exc_info=True)
             await asyncio.sleep(max(self.config.poll_seconds * 5, 5.0))
+
+    async def _run_maintenance(self) -> None:
+        for step in self.maintenance:
+            try:
+                touched = await step(self.engine)
+            except Exception:
+                logger.warning("maintenance step %s failed", step.__name__, exc_info=True)
+            else:
+                logger.info("maintenance step %s touched %d row(s)", step.__name__, touched)
 
     def _touch_heartbeat_file(self) -> None:
         if self.config.heartbeat_file is not None:

@@ -1,0 +1,54 @@
+"""The worker's housekeeping: expired idempotency keys are pruned while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from app.consolidation.worker import Worker, WorkerConfig
+from app.db import Database
+from app.observability import Metrics
+from app.turns.repository import prune_idempotency_keys
+from tests.conftest import admin_execute
+from tests.consolidation.test_pipeline import rows, wait_for
+
+
+async def never_called(*_: object) -> str:
+    raise AssertionError("no job is queued in this test")
+
+
+async def test_expired_idempotency_keys_are_pruned_while_live_ones_stay(
+    app: FastAPI, database_url: str, tmp_path: Path
+) -> None:
+    await admin_execute(
+        database_url,
+        """INSERT INTO idempotency_keys
+           (company_id, user_id, key, request_hash, response_status, response_body, expires_at)
+           VALUES ('acme', 'alice', 'old', 'h', 202, '\\x7b7d', now() - interval '1 hour'),
+                  ('acme', 'alice', 'live', 'h', 202, '\\x7b7d', now() + interval '1 hour')""",
+    )
+    database: Database = app.state.database
+    config = WorkerConfig(
+        concurrency=1,
+        poll_seconds=0.05,
+        lease_seconds=30,
+        batch_size=1,
+        heartbeat_file=tmp_path / "heartbeat",
+    )
+    worker = Worker(
+        database.engine, never_called, config, Metrics(), maintenance=(prune_idempotency_keys,)
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+
+        async def pruned() -> bool:
+            keys = await rows(app, "SELECT key FROM idempotency_keys ORDER BY key")
+            return [row.key for row in keys] == ["live"]
+
+        await wait_for(pruned, seconds=10)
+        assert (tmp_path / "heartbeat").exists()
+    finally:
+        worker.stop()
+        await running
