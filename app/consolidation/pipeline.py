@@ -46,7 +46,6 @@ from app.llm import (
     resolve_model_name,
 )
 from app.observability import Metrics
-from app.turns.repository import prune_idempotency_keys
 from app.profiles.budget import truncate_to_budget
 from app.profiles.document import (
     Operation,
@@ -62,6 +61,7 @@ from app.profiles.document import (
 from app.profiles.service import load_profile, save_consolidation
 from app.profiles.versions import STORED_TOKEN_COUNTER, VersionConflict, WorkerReason
 from app.tokens import TokenCounter
+from app.turns.repository import prune_idempotency_keys
 
 logger = logging.getLogger("app.consolidation")
 
