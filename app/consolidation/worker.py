@@ -87,6 +87,7 @@ class Worker:
         handler: JobHandler,
         config: WorkerConfig,
         metrics: Metrics,
+        *,
         worker_id: str | None = None,
         maintenance: Sequence[Maintenance] = (),
     ) -> None:
