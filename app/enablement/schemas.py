@@ -223,12 +223,7 @@ class MemoryDeletionOut(BaseModel):
 
     @classmethod
     def of(cls, deletion: MemoryDeletion) -> MemoryDeletionOut:
-        return cls(
-            profile=deletion.profile,
-            versions=deletion.versions,
-            jobs=deletion.jobs,
-            folder=deletion.folder,
-        )
+        return cls.model_validate(deletion, from_attributes=True)
 
 
 class UserSettingsUpdateOut(BaseModel):

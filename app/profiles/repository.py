@@ -20,6 +20,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from app.consolidation.models import Job
 from app.conversations.models import ChatMessage, Turn
 from app.db import Base
+from app.enablement.audit import AuditRecord
 from app.enablement.models import AuditEvent, UserSettings
 from app.pagination import Page, PageRequest, page_of
 from app.profiles.document import Operation, Profile, render
@@ -326,18 +327,6 @@ class JobRecord:
     version: int | None
     created_at: datetime
     finished_at: datetime | None
-
-
-@dataclass(frozen=True)
-class AuditRecord:
-    id: int
-    occurred_at: datetime
-    actor_id: str
-    action: str
-    target_kind: str
-    target_id: str
-    old: dict[str, Any] | None
-    new: dict[str, Any] | None
 
 
 async def select_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:

@@ -12,8 +12,9 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
+from app.enablement.audit import AuditRecord
 from app.pagination import Page
-from app.profiles.repository import AuditRecord, JobRecord, MessageRecord, TurnRecord
+from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.service import MemoryExport, VersionDiff
 from app.profiles.versions import VersionInfo, VersionReason, VersionRow
 
@@ -146,13 +147,7 @@ class TurnOut(BaseModel):
 
     @classmethod
     def of(cls, turn: TurnRecord) -> TurnOut:
-        return cls(
-            id=turn.id,
-            space_id=turn.space_id,
-            history_mode=turn.history_mode,
-            language_model=turn.language_model,
-            created_at=turn.created_at,
-        )
+        return cls.model_validate(turn, from_attributes=True)
 
 
 class ChatMessageOut(BaseModel):
@@ -165,14 +160,7 @@ class ChatMessageOut(BaseModel):
 
     @classmethod
     def of(cls, message: MessageRecord) -> ChatMessageOut:
-        return cls(
-            id=message.id,
-            turn_id=message.turn_id,
-            role=message.role,
-            content=message.content,
-            source=message.source,
-            created_at=message.created_at,
-        )
+        return cls.model_validate(message, from_attributes=True)
 
 
 class ChatOut(BaseModel):
@@ -209,15 +197,7 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
-        return cls(
-            id=job.id,
-            kind=job.kind,
-            status=job.status,
-            outcome=job.outcome,
-            version=job.version,
-            created_at=job.created_at,
-            finished_at=job.finished_at,
-        )
+        return cls.model_validate(job, from_attributes=True)
 
 
 class AuditEventOut(BaseModel):
@@ -229,13 +209,7 @@ class AuditEventOut(BaseModel):
 
     @classmethod
     def of(cls, event: AuditRecord) -> AuditEventOut:
-        return cls(
-            id=event.id,
-            occurred_at=event.occurred_at,
-            action=event.action,
-            old=event.old,
-            new=event.new,
-        )
+        return cls.model_validate(event, from_attributes=True)
 
 
 class MemoryExportOut(BaseModel):

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
+from app.enablement.audit import AuditRecord
 from app.enablement.service import lock_user_memory
 from app.errors import Conflict, NotFound, PreconditionFailed
 from app.folders import repository as folder_repository
@@ -29,7 +30,7 @@ from app.profiles.document import (
     empty_profile,
     parse,
 )
-from app.profiles.repository import AuditRecord, JobRecord, MessageRecord, TurnRecord
+from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.versions import (
     EntityTags,
     HeadState,
