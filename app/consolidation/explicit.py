@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from app.auth import Principal
 from app.config import Settings
-from app.consolidation import queue
-from app.consolidation.queue import JobRow
+from app.consolidation import jobs
+from app.consolidation.jobs import JobRow
 from app.conversations.modes import HistoryMode
 from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
@@ -80,7 +80,7 @@ async def wait_for_job(
     deadline = time.monotonic() + timeout_seconds
     while True:
         async with database.sessionmaker() as session:
-            job = await queue.get_job(session, principal.company_id, principal.user_id, job_id)
+            job = await jobs.get_job(session, principal.company_id, principal.user_id, job_id)
         if job.status in FINISHED or time.monotonic() >= deadline:
             return job
         await asyncio.sleep(POLL_SECONDS)

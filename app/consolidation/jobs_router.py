@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from app.auth import Principal, PrincipalDep, require_role
-from app.consolidation import queue
+from app.consolidation import jobs as stored_jobs
 from app.consolidation.queue import JobStatus
 from app.consolidation.schemas import JobSummary, JobView
 from app.db import SessionDep
@@ -35,7 +35,7 @@ JobIdDep = Annotated[uuid.UUID, Depends(_job_id)]
 
 @router.get("/v1/jobs/{job_id}", summary="One of the caller's jobs", responses=_NOT_FOUND)
 async def read_my_job(principal: PrincipalDep, job_id: JobIdDep, session: SessionDep) -> JobView:
-    job = await queue.get_job(session, principal.company_id, principal.user_id, job_id)
+    job = await stored_jobs.get_job(session, principal.company_id, principal.user_id, job_id)
     return JobView.of(job)
 
 
@@ -47,7 +47,7 @@ async def list_company_jobs(
     page: PageDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status")] = None,
 ) -> Page[JobSummary]:
-    jobs = await queue.list_jobs(session, company_id, status, page)
+    jobs = await stored_jobs.list_jobs(session, company_id, status, page)
     return Page[JobSummary](
         items=[JobSummary.of(job) for job in jobs.items], next_cursor=jobs.next_cursor
     )
@@ -61,4 +61,4 @@ async def list_company_jobs(
 async def retry_dead_job(
     _operator: OperatorDep, company_id: str, job_id: JobIdDep, session: SessionDep
 ) -> JobSummary:
-    return JobSummary.of(await queue.retry_dead_job(session, company_id, job_id))
+    return JobSummary.of(await stored_jobs.retry_dead_job(session, company_id, job_id))

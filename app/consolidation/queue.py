@@ -16,16 +16,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, TypedDict, cast
+from typing import Final, Literal, cast
 
 from sqlalchemy import (
     ColumnElement,
     DateTime,
-    Row,
     Table,
     and_,
     case,
-    delete,
     exists,
     false,
     func,
@@ -39,8 +37,6 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.consolidation.models import Job
-from app.errors import Conflict, NotFound, Unprocessable
-from app.pagination import Page, PageRequest, page_of
 
 JobKind = Literal["consolidation", "condensation"]
 JobStatus = Literal["queued", "running", "retrying", "succeeded", "dead"]
@@ -89,33 +85,6 @@ class ClaimedJob:
     @property
     def job_ids(self) -> list[uuid.UUID]:
         return [job.id for job in self.jobs]
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """A job as stored (its payload holds ids only)."""
-
-    company_id: str
-    id: uuid.UUID
-    user_id: str
-    kind: JobKind
-    status: JobStatus
-    payload: JobPayload
-    attempts: int
-    max_attempts: int
-    run_after: datetime
-    outcome: JobOutcome | None
-    version: int | None
-    error_class: str | None
-    error_message: str | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-
-
-class QueueStats(TypedDict):
-    depth: dict[str, int]  # jobs per status in WAITING_STATUSES (zeros included)
-    oldest_age_seconds: float  # how long the most overdue claimable job has waited; 0 if none
 
 
 # --- enqueue ----------------------------------------------------------------------------------
@@ -231,7 +200,7 @@ def _clock(now: datetime | None) -> ColumnElement[datetime]:
     return literal(now, DateTime(timezone=True))
 
 
-def _claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
+def claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
     waiting = and_(JOBS.c.status.in_(("queued", "retrying")), JOBS.c.run_after <= clock)
     abandoned = and_(JOBS.c.status == "running", JOBS.c.lease_expires_at < clock)
     return waiting | abandoned
@@ -253,7 +222,7 @@ async def _oldest_claimable_owner(
     """A plain read (no row locks): its snapshot may be stale; `_claim_for_owner` re-checks."""
     query = (
         select(JOBS.c.company_id, JOBS.c.user_id)
-        .where(_claimable(clock), ~_owner_has_live_lease(clock))
+        .where(claimable(clock), ~_owner_has_live_lease(clock))
         .order_by(JOBS.c.created_at, JOBS.c.id)
         .limit(1)
     )
@@ -288,7 +257,7 @@ async def _claim_for_owner(
     head = (
         await conn.execute(
             select(*columns)
-            .where(owned, _claimable(clock), ~_owner_has_live_lease(clock))
+            .where(owned, claimable(clock), ~_owner_has_live_lease(clock))
             .order_by(*in_order)
             .limit(1)
             .with_for_update(skip_locked=True, of=JOBS)
@@ -302,7 +271,7 @@ async def _claim_for_owner(
             await conn.execute(
                 select(*columns)
                 .where(owned, JOBS.c.kind == "consolidation", JOBS.c.id != head.id)
-                .where(_claimable(clock))
+                .where(claimable(clock))
                 .order_by(*in_order)
                 .limit(batch_size - 1)
                 .with_for_update(skip_locked=True, of=JOBS)
@@ -507,118 +476,3 @@ async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:
             .returning(JOBS.c.id)
         )
         return len(released.all())
-
-
-# --- reading and operating --------------------------------------------------------------------
-
-
-def _job_row(row: Row[Any]) -> JobRow:
-    fields = row._mapping
-    return JobRow(**{name: fields[name] for name in JobRow.__dataclass_fields__})
-
-
-async def get_job(
-    session: AsyncSession, company_id: str, user_id: str, job_id: uuid.UUID
-) -> JobRow:
-    """One of the user's own jobs; anybody else's is a 404."""
-    row = (
-        await session.execute(
-            select(JOBS).where(
-                JOBS.c.company_id == company_id, JOBS.c.user_id == user_id, JOBS.c.id == job_id
-            )
-        )
-    ).first()
-    if row is None:
-        raise NotFound("No such job.")
-    return _job_row(row)
-
-
-async def list_jobs(
-    session: AsyncSession, company_id: str, status: JobStatus | None, page: PageRequest
-) -> Page[JobRow]:
-    """A company's jobs, newest first, paged by (created_at, id)."""
-    query = select(JOBS).where(JOBS.c.company_id == company_id)
-    if status is not None:
-        query = query.where(JOBS.c.status == status)
-    if page.position is not None:
-        created_at, job_id = _cursor_position(page)
-        query = query.where(tuple_(JOBS.c.created_at, JOBS.c.id) < (created_at, job_id))
-    query = query.order_by(JOBS.c.created_at.desc(), JOBS.c.id.desc()).limit(page.limit + 1)
-    rows = [_job_row(row) for row in await session.execute(query)]
-    return page_of(
-        rows, page.limit, lambda job: {"created_at": job.created_at.isoformat(), "id": str(job.id)}
-    )
-
-
-def _cursor_position(page: PageRequest) -> tuple[datetime, uuid.UUID]:
-    created_at, job_id = page.key("created_at", str), page.key("id", str)
-    try:
-        when = datetime.fromisoformat(created_at or "")
-        if when.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return when, uuid.UUID(job_id or "")
-    except ValueError as exc:
-        raise Unprocessable.field("query.cursor", "The cursor is not valid.") from exc
-
-
-async def retry_dead_job(session: AsyncSession, company_id: str, job_id: uuid.UUID) -> JobRow:
-    """Operator retry of a dead-lettered job: queued again now, with a fresh attempt budget."""
-    retried = (
-        await session.execute(
-            update(JOBS)
-            .where(JOBS.c.company_id == company_id, JOBS.c.id == job_id, JOBS.c.status == "dead")
-            .values(
-                status="queued",
-                attempts=0,
-                run_after=func.now(),
-                outcome=None,
-                version=None,
-                error_class=None,
-                error_message=None,
-                lease_token=None,
-                lease_expires_at=None,
-                locked_by=None,
-                finished_at=None,
-                updated_at=func.now(),
-            )
-            .returning(*JOBS.c)
-        )
-    ).first()
-    if retried is not None:
-        return _job_row(retried)
-    status = await session.scalar(
-        select(JOBS.c.status).where(JOBS.c.company_id == company_id, JOBS.c.id == job_id)
-    )
-    if status is None:
-        raise NotFound("No such job.")
-    raise Conflict(f"Only a dead job can be retried; this job is {status}.")
-
-
-async def delete_user_jobs(session: AsyncSession, company_id: str, user_id: str) -> int:
-    """Opt-out: delete the user's pending jobs (a running one's worker is then fenced out)."""
-    deleted = await session.execute(
-        delete(JOBS)
-        .where(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
-        .where(JOBS.c.status.in_(PENDING_STATUSES))
-        .returning(JOBS.c.id)
-    )
-    return len(deleted.all())
-
-
-async def queue_stats(engine: AsyncEngine) -> QueueStats:
-    """Depth by status and the wait of the most overdue claimable job, for the metrics gauges
-    `queue_depth` and `queue_oldest_age_seconds`."""
-    due_since = case((JOBS.c.status == "running", JOBS.c.lease_expires_at), else_=JOBS.c.run_after)
-    async with engine.connect() as conn:
-        counts = await conn.execute(
-            select(JOBS.c.status, func.count())
-            .where(JOBS.c.status.in_(WAITING_STATUSES))
-            .group_by(JOBS.c.status)
-        )
-        depth = dict.fromkeys(WAITING_STATUSES, 0) | {str(s): int(n) for s, n in counts}
-        oldest = await conn.scalar(
-            select(func.extract("epoch", func.now() - func.min(due_since))).where(
-                _claimable(func.now())
-            )
-        )
-    return QueueStats(depth=depth, oldest_age_seconds=max(float(oldest or 0), 0.0))

@@ -10,7 +10,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.consolidation.queue import JobKind, JobOutcome, JobRow, JobStatus
+from app.consolidation.jobs import JobRow
+from app.consolidation.queue import JobKind, JobOutcome, JobStatus
 
 
 class JobError(BaseModel):

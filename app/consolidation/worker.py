@@ -23,12 +23,12 @@ from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.consolidation.jobs import queue_stats
 from app.consolidation.queue import (
     ClaimedJob,
     claim_next_job,
     fail_jobs,
     heartbeat,
-    queue_stats,
     release_jobs,
 )
 from app.observability import Metrics

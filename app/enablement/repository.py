@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from app.consolidation.models import Job
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
     FLAG_CONTEXT_MEMORY,
@@ -29,8 +28,6 @@ from app.enablement.models import (
     UserSettings,
 )
 from app.profiles.models import MemoryFile, MemoryVersion
-
-PENDING_JOB_STATUSES = ("queued", "retrying", "running")
 
 
 @dataclass(frozen=True)
@@ -322,18 +319,3 @@ async def delete_memory_file(session: AsyncSession, company_id: str, user_id: st
         .execution_options(synchronize_session=False)
     )
     return (await session.execute(statement)).first() is not None
-
-
-async def delete_pending_jobs(session: AsyncSession, company_id: str, user_id: str) -> int:
-    """Queued, retrying and running jobs of the user (finished and dead ones hold no content)."""
-    deleted = (
-        delete(Job)
-        .where(
-            Job.company_id == company_id,
-            Job.user_id == user_id,
-            Job.status.in_(PENDING_JOB_STATUSES),
-        )
-        .returning(Job.id)
-        .cte("deleted")
-    )
-    return (await session.execute(select(func.count()).select_from(deleted))).scalar_one()

@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
+from app.consolidation.jobs import delete_user_jobs
 from app.enablement import audit, repository
 from app.enablement.audit import AuditRecord, changed_fields
 from app.enablement.decision import (
@@ -352,7 +353,7 @@ async def _delete_user_memory(
     versions = await repository.delete_memory_versions(session, company_id, user_id)
     profile = await repository.delete_memory_file(session, company_id, user_id) or profile
     folder = await folders.delete_user_folder(session, company_id, user_id)
-    jobs = await repository.delete_pending_jobs(session, company_id, user_id)
+    jobs = await delete_user_jobs(session, company_id, user_id)
     return MemoryDeletion(profile=profile, versions=versions, jobs=jobs, folder=folder)
 
 

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.consolidation import queue
+from app.consolidation import jobs
 from app.consolidation.queue import (
     BACKOFF_CAP_SECONDS,
     JOBS,
@@ -300,12 +300,12 @@ async def test_operator_retry_requeues_a_dead_job(
     )
     async with sessions() as session, session.begin():
         with pytest.raises(NotFound):
-            await queue.retry_dead_job(session, "other-co", job_id)
+            await jobs.retry_dead_job(session, "other-co", job_id)
         with pytest.raises(NotFound):
-            await queue.retry_dead_job(session, COMPANY, uuid.uuid4())
+            await jobs.retry_dead_job(session, COMPANY, uuid.uuid4())
         with pytest.raises(Conflict):
-            await queue.retry_dead_job(session, COMPANY, other_id)  # queued, not dead
-        retried = await queue.retry_dead_job(session, COMPANY, job_id)
+            await jobs.retry_dead_job(session, COMPANY, other_id)  # queued, not dead
+        retried = await jobs.retry_dead_job(session, COMPANY, job_id)
     assert (retried.status, retried.attempts, retried.error_class) == ("queued", 0, None)
     again = await claim_one(engine)
     assert [ref.id for ref in again.jobs] == [job_id]
@@ -384,7 +384,7 @@ async def test_lost_lease_on_one_job_fences_the_whole_completion(
     ids = await enqueue(sessions, count=2)
     claimed = await claim_one(engine)
     async with sessions() as session, session.begin():
-        assert await queue.delete_user_jobs(session, COMPANY, "bob") == 0
+        assert await jobs.delete_user_jobs(session, COMPANY, "bob") == 0
     async with engine.begin() as conn:  # one of the two vanished (say, deleted by an operator)
         await conn.execute(JOBS.delete().where(JOBS.c.id == ids[1]))
     async with engine.begin() as conn:
@@ -489,7 +489,7 @@ async def test_delete_user_jobs_removes_pending_jobs_only(
     running = await claim_one(engine, batch_size=1)
     [bobs] = await enqueue(sessions, "bob")
     async with sessions() as session, session.begin():
-        assert await queue.delete_user_jobs(session, COMPANY, "alice") == 2
+        assert await jobs.delete_user_jobs(session, COMPANY, "alice") == 2
     assert not await heartbeat(engine, running, LEASE)  # the running worker is fenced out
     async with engine.connect() as conn:
         left = set((await conn.execute(select(JOBS.c.id))).scalars())
@@ -499,7 +499,7 @@ async def test_delete_user_jobs_removes_pending_jobs_only(
 async def test_queue_stats_report_depth_and_oldest_wait(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    empty = await queue.queue_stats(engine)
+    empty = await jobs.queue_stats(engine)
     assert empty == {
         "depth": {"queued": 0, "retrying": 0, "running": 0, "dead": 0},
         "oldest_age_seconds": 0.0,
@@ -512,10 +512,10 @@ async def test_queue_stats_report_depth_and_oldest_wait(
             .where(JOBS.c.id == old)
             .values(run_after=text("now() - interval '90 seconds'"))
         )
-    waiting = await queue.queue_stats(engine)
+    waiting = await jobs.queue_stats(engine)
     assert waiting["depth"] == {"queued": 3, "retrying": 0, "running": 0, "dead": 0}
     assert 90 <= waiting["oldest_age_seconds"] < 120
     await claim_one(engine, batch_size=1)  # takes "a"'s job (the most overdue)
-    stats = await queue.queue_stats(engine)
+    stats = await jobs.queue_stats(engine)
     assert stats["depth"] == {"queued": 2, "retrying": 0, "running": 1, "dead": 0}
     assert 0.0 <= stats["oldest_age_seconds"] < 90
