@@ -16,7 +16,7 @@ from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation import jobs_router
 from app.consolidation import router as consolidation_router
-from app.consolidation.pipeline import BackgroundWorker
+from app.consolidation.runner import BackgroundWorker
 from app.conversations import router as conversations_router
 from app.db import create_database, head_revision, is_database_unavailable, run_migrations
 from app.embedded_pg import EmbeddedPostgres

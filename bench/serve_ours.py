@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,12 +31,10 @@ from app.config import get_settings
 from app.main import create_app
 from app.observability import configure_logging
 
-_create_async_engine = db.create_async_engine
-
 
 def _engine_without_pre_ping(url: str | URL, **kwargs: Any) -> AsyncEngine:
     kwargs["pool_pre_ping"] = False
-    return _create_async_engine(url, **kwargs)
+    return create_async_engine(url, **kwargs)
 
 
 def main() -> None:
@@ -47,7 +45,8 @@ def main() -> None:
 
     pre_ping = os.environ.get("BENCH_POOL_PRE_PING", "1") != "0"
     if not pre_ping:
-        db.create_async_engine = _engine_without_pre_ping
+        # app.db.create_database looks the name up in its module at call time
+        setattr(db, "create_async_engine", _engine_without_pre_ping)  # noqa: B010
     settings = get_settings()
     configure_logging(settings.log_level)
     print(f"bench: our service on {args.host}:{args.port}, pool_pre_ping={pre_ping}", flush=True)

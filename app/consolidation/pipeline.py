@@ -32,7 +32,7 @@ from app.consolidation.prompts import (
 )
 from app.consolidation.queue import ClaimedJob, JobOutcome, JobRef, complete_jobs
 from app.consolidation.rules import Exchange, consolidate_with_rules
-from app.consolidation.worker import JobFailure, JobHandler, Worker, WorkerConfig
+from app.consolidation.worker import JobFailure, JobHandler
 from app.db import Database
 from app.enablement.service import load_enablement
 from app.errors import NotFound
@@ -42,7 +42,6 @@ from app.llm import (
     ChatResult,
     ModelError,
     ModelOutputTruncated,
-    create_chat_model,
     resolve_model_name,
 )
 from app.observability import Metrics
@@ -61,7 +60,6 @@ from app.profiles.document import (
 from app.profiles.service import load_profile, save_consolidation
 from app.profiles.versions import STORED_TOKEN_COUNTER, VersionConflict, WorkerReason
 from app.tokens import TokenCounter
-from app.turns.repository import prune_idempotency_keys
 
 logger = logging.getLogger("app.consolidation")
 
@@ -523,52 +521,3 @@ def _turn_ids(job: JobRef) -> list[uuid.UUID]:
 
 def _job_ids(claimed: ClaimedJob) -> str:
     return ",".join(str(job_id) for job_id in claimed.job_ids)
-
-
-# --- running the worker ------------------------------------------------------------------------
-
-
-def worker_config(settings: Settings) -> WorkerConfig:
-    return WorkerConfig(
-        concurrency=settings.worker_concurrency,
-        poll_seconds=settings.worker_poll_seconds,
-        lease_seconds=settings.job_lease_seconds,
-        batch_size=settings.job_batch_size,
-        heartbeat_file=settings.worker_heartbeat_file,
-    )
-
-
-class BackgroundWorker:
-    """The worker as a task of the running event loop, with its language-model client.
-
-    Started by the lifespan of `serve` (when `WORKER_ENABLED`) and of `python -m app worker`.
-    `stop()` stops claiming, lets running jobs finish within the worker's grace period (the
-    rest are released to the queue), then closes the model client.
-    """
-
-    def __init__(self, database: Database, settings: Settings, metrics: Metrics) -> None:
-        self._chat_model = create_chat_model(settings)
-        handler = make_consolidation_handler(database, settings, self._chat_model, metrics)
-        self.worker = Worker(
-            database.engine,
-            handler,
-            worker_config(settings),
-            metrics,
-            maintenance=(prune_idempotency_keys,),
-        )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self.worker.run(), name="consolidation-worker")
-        engine = "the offline rules" if self._chat_model is None else "the language model"
-        logger.info("consolidation worker started (%s)", engine)
-
-    async def stop(self) -> None:
-        self.worker.stop()
-        try:
-            if self._task is not None:
-                await self._task
-        finally:
-            if self._chat_model is not None:
-                await self._chat_model.aclose()
-            logger.info("consolidation worker stopped")

@@ -1,0 +1,65 @@
+"""The worker as the service runs it: the consolidation pipeline, the language-model client and
+the housekeeping steps, wired into a `Worker` that lives as a task of the running event loop
+(started by the lifespan of `serve` when `WORKER_ENABLED`, and of `python -m app worker`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.config import Settings
+from app.consolidation.pipeline import make_consolidation_handler
+from app.consolidation.worker import Worker, WorkerConfig
+from app.db import Database
+from app.llm import create_chat_model
+from app.observability import Metrics
+from app.turns.repository import prune_idempotency_keys
+
+logger = logging.getLogger("app.consolidation")
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    return WorkerConfig(
+        concurrency=settings.worker_concurrency,
+        poll_seconds=settings.worker_poll_seconds,
+        lease_seconds=settings.job_lease_seconds,
+        batch_size=settings.job_batch_size,
+        heartbeat_file=settings.worker_heartbeat_file,
+    )
+
+
+class BackgroundWorker:
+    """The worker as a task of the running event loop, with its language-model client.
+
+    Started by the lifespan of `serve` (when `WORKER_ENABLED`) and of `python -m app worker`.
+    `stop()` stops claiming, lets running jobs finish within the worker's grace period (the
+    rest are released to the queue), then closes the model client.
+    """
+
+    def __init__(self, database: Database, settings: Settings, metrics: Metrics) -> None:
+        self._chat_model = create_chat_model(settings)
+        handler = make_consolidation_handler(database, settings, self._chat_model, metrics)
+        self.worker = Worker(
+            database.engine,
+            handler,
+            worker_config(settings),
+            metrics,
+            maintenance=(prune_idempotency_keys,),
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.worker.run(), name="consolidation-worker")
+        engine = "the offline rules" if self._chat_model is None else "the language model"
+        logger.info("consolidation worker started (%s)", engine)
+
+    async def stop(self) -> None:
+        self.worker.stop()
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            if self._chat_model is not None:
+                await self._chat_model.aclose()
+            logger.info("consolidation worker stopped")

@@ -1,0 +1,1079 @@
+"""`make bench`: our two hot-path calls side by side with the reference app, over HTTP, with wrk.
+
+    .venv/bin/python bench/run_bench.py [--duration 10] [--runs 3] [--connections 16,64]
+        [--users 2000] [--only context,turns,ceiling] [--with-no-pre-ping] [--profile]
+
+What it does (see bench/README.md and docs/benchmarks.md):
+
+1. With the admin connection DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/postgres)
+   it (re)creates two scratch databases: `cms_bench` (ours, migrated to head) and `appbench`
+   (the reference app's, seeded per its docstring), both at the same scale (--users, default
+   2,000 instead of the docstring's 10,000, to keep seeding fast).
+2. Seeds ours with the same shape: N users of one company with the context-memory flag on, each
+   with the per-user folder and ACL (folders service), a head profile version of ~8 KB (~1,800
+   tokens, under the default budget of 2,000, tokens stored) and one chat of 20 stored messages
+   (10 turns) whose contents are byte-for-byte the reference's (512 hex chars, tokens stored).
+   One JWT per user goes into the request lists wrk replays (bench/wrk_requests.lua).
+3. Starts the reference app (`uvicorn --workers 1 --loop uvloop --http httptools
+   --no-access-log`) and our service (bench/serve_ours.py: the same uvicorn settings on
+   `app.main.create_app`, WORKER_ENABLED=false, LOG_LEVEL=WARNING, ENVIRONMENT=test, its own
+   JWT_SECRET) on free loopback ports, and checks one answer of every call before measuring.
+4. Runs `wrk -t1 -d DURATION --latency` at each concurrency, `--runs` times, alternating which
+   side goes first: ours POST /context vs GET /apg/inject/{uid}, ours POST /turns vs
+   POST /apg/turn/{cid}, ours GET /healthz vs GET /const. Prints the medians and ours/reference
+   ratios as Markdown, and exits 1 if any answer was not the expected status.
+5. Stops the servers and drops both databases, also on failure or Ctrl-C.
+
+--with-no-pre-ping adds a second instance of our service whose engine is built with
+pool_pre_ping=False (a knob of bench/serve_ours.py only) and measures it in the same runs.
+--profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
+where the process time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import pstats
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import asyncpg
+from pydantic import SecretStr
+from sqlalchemy import make_url, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.auth import Principal, issue_token
+from app.config import Settings, to_asyncpg_url
+from app.db import create_database, run_migrations
+from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.folders import service as folders
+from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render, render_body
+from app.profiles.versions import STORED_TOKEN_COUNTER, content_sha256
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = BENCH_DIR.parent
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+OURS_DB, REFERENCE_DB = "cms_bench", "appbench"
+COMPANY, SPACE = "bench-co", "space-1"
+JWT_SECRET = "bench-only-secret-not-the-development-default"  # noqa: S105 - scratch service
+HISTORY_MESSAGES = 20  # stored messages per chat, as in the reference seed
+LUA_SCRIPT = BENCH_DIR / "wrk_requests.lua"
+REFERENCE_APP = BENCH_DIR / "reference_app.py"
+RUN_DIR = PROJECT_ROOT / "var" / "bench"
+
+# The turn body of shared/bench/wrk_post_turn.lua: 500 chars, the same on both sides.
+TURN_TEXT = "".join(chr(97 + (i * 7) % 26) for i in range(1, 501))
+CONTEXT_QUESTION = "What should I focus on this week, given what you know about my work?"
+
+# The reference app's seed (its docstring), with the scale as $1 instead of 10000.
+REFERENCE_SEED = (
+    "create table profile(user_id int primary key, version int not null default 1,"
+    " body text not null, updated_at timestamptz not null default now())",
+    "insert into profile(user_id, body)"
+    " select g, (select string_agg(md5(g::text || ':' || i::text), '')"
+    " from generate_series(1,256) i) from generate_series(1,$1::int) g",
+    "create table messages(id bigserial primary key, conversation_id bigint not null,"
+    " role text not null, content text not null,"
+    " created_at timestamptz not null default now())",
+    "insert into messages(conversation_id, role, content)"
+    " select c, case when m % 2 = 0 then 'user' else 'assistant' end,"
+    " (select string_agg(md5(c::text || ':' || m::text || ':' || i::text), '')"
+    " from generate_series(1,16) i)"
+    " from generate_series(1,$1::int) c, generate_series(1,20) m",
+    "create index messages_conv_id on messages(conversation_id, id)",
+    "create table jobs(id bigserial primary key, kind text not null,"
+    " conversation_id bigint not null, status text not null default 'queued',"
+    " created_at timestamptz not null default now())",
+)
+
+
+class BenchError(RuntimeError):
+    """A setup step failed; the message says which."""
+
+
+# --- databases --------------------------------------------------------------------------------
+
+
+def plain_dsn(url: str, database: str | None = None) -> str:
+    """`url` as a libpq-style DSN (postgresql://), optionally for another database."""
+    parsed = make_url(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def recreate_databases(admin_dsn: str, names: Sequence[str]) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def drop_databases(admin_dsn: str, names: Sequence[str]) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def seed_reference(dsn: str, users: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for statement in REFERENCE_SEED:
+            if "$1" in statement:
+                await conn.execute(statement, users)
+            else:
+                await conn.execute(statement)
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+def message_content(conversation: int, message: int) -> str:
+    """The reference seed's message text: 16 md5 hex digests, 512 chars."""
+    return "".join(
+        hashlib.md5(f"{conversation}:{message}:{i}".encode(), usedforsecurity=False).hexdigest()
+        for i in range(1, 17)
+    )
+
+
+_TOPICS = (
+    "Kubernetes rollouts",
+    "PostgreSQL indexing",
+    "quarterly planning",
+    "hiring loops",
+    "incident reviews",
+    "TypeScript migrations",
+    "budget forecasts",
+    "API design",
+)
+
+
+def profile_document(user: int) -> tuple[str, int]:
+    """A valid memory.md of ~8 KB for `user`, and its stored tokens (of the body, as the
+    profile service counts them): 6 sections x 9 bullets, ~1,800 tokens."""
+    bullets = {
+        section: [
+            f"Note {n} for user {user} on {_TOPICS[(user + n + s) % len(_TOPICS)]}: prefers "
+            "short, concrete answers with one worked example, then the trade-offs spelled out "
+            f"(context {user * 31 + n * 7 + s})."
+            for n in range(9)
+        ]
+        for s, section in enumerate(SECTIONS)
+    }
+    frontmatter = Frontmatter(
+        user_id=user_id(user), last_updated=datetime(2026, 11, 1, tzinfo=UTC), turn_count=12
+    )
+    profile = Profile.from_sections(frontmatter, bullets)
+    return render(profile), STORED_TOKEN_COUNTER.count(render_body(profile))
+
+
+def user_id(user: int) -> str:
+    return f"user-{user}"
+
+
+def context_chat(user: int) -> str:
+    return f"chat-{user}"
+
+
+def turns_chat(user: int) -> str:
+    """Turn-saves go to a chat of their own, so the measured loads keep reading 20 messages."""
+    return f"turns-{user}"
+
+
+_INSERT_VERSION = text(
+    "INSERT INTO memory_versions (company_id, user_id, version, content, sha256, tokens, reason)"
+    " VALUES (:c, :u, 1, :content, :sha, :tokens, 'consolidation')"
+)
+_SET_HEAD = text("UPDATE memory_files SET head_version = 1 WHERE company_id = :c AND user_id = :u")
+
+
+async def seed_ours(url: str, settings: Settings, users: int) -> int:
+    """Flags, folders, profiles and history of `users` users; returns one profile's tokens."""
+    await asyncio.to_thread(run_migrations, to_asyncpg_url(url))
+    database = create_database(to_asyncpg_url(url), settings)
+    try:
+        async with database.sessionmaker() as session, session.begin():
+            await session.execute(
+                text(
+                    "INSERT INTO company_feature_flags (company_id, flag, enabled, updated_by)"
+                    " VALUES (:c, :f, true, 'bench')"
+                ),
+                {"c": COMPANY, "f": FLAG_CONTEXT_MEMORY},
+            )
+            await folders.ensure_root_folder(session, COMPANY)
+
+        async def seed_users(first: int, last: int) -> None:
+            async with database.sessionmaker() as session, session.begin():
+                for user in range(first, last + 1):
+                    principal = Principal(user_id(user), COMPANY, frozenset())
+                    folder_id, _ = await folders.ensure_user_folder(session, principal)
+                    await folders.ensure_memory_file(session, COMPANY, user_id(user), folder_id)
+                    document, tokens = profile_document(user)
+                    await session.execute(
+                        _INSERT_VERSION,
+                        {
+                            "c": COMPANY,
+                            "u": user_id(user),
+                            "content": document,
+                            "sha": content_sha256(document),
+                            "tokens": tokens,
+                        },
+                    )
+                    await session.execute(_SET_HEAD, {"c": COMPANY, "u": user_id(user)})
+
+        batch = 100
+        await asyncio.gather(
+            *(
+                seed_users(first, min(first + batch - 1, users))
+                for first in range(1, users + 1, batch)
+            )
+        )
+    finally:
+        await database.dispose()
+    await seed_history(plain_dsn(url), users)
+    return profile_document(1)[1]
+
+
+async def seed_history(dsn: str, users: int) -> None:
+    """10 turns of 2 messages per user's chat (user, assistant), written as the turn-save
+    writes them (turn rows, messages in id order, tokens counted with the stored counter)."""
+    turn_rows: list[tuple[Any, ...]] = []
+    message_rows: list[tuple[Any, ...]] = []
+    for user in range(1, users + 1):
+        uid, chat = user_id(user), context_chat(user)
+        turn_id = uuid.uuid4()
+        for m in range(1, HISTORY_MESSAGES + 1):
+            if m % 2 == 1:
+                turn_id = uuid.uuid4()
+                turn_rows.append((COMPANY, turn_id, uid, chat, SPACE, "auto", None))
+            role, source = ("user", "request") if m % 2 == 1 else ("assistant", "response")
+            content = message_content(user, m)
+            tokens = STORED_TOKEN_COUNTER.count(content)
+            message_rows.append((COMPANY, uid, chat, turn_id, role, content, source, tokens))
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.copy_records_to_table(
+            "turns",
+            records=turn_rows,
+            columns=[
+                "company_id",
+                "id",
+                "user_id",
+                "chat_id",
+                "space_id",
+                "history_mode",
+                "language_model",
+            ],
+        )
+        await conn.copy_records_to_table(
+            "chat_messages",
+            records=message_rows,
+            columns=[
+                "company_id",
+                "user_id",
+                "chat_id",
+                "turn_id",
+                "role",
+                "content",
+                "source",
+                "tokens",
+            ],
+        )
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+
+
+async def database_sessions(admin_dsn: str) -> dict[str, int]:
+    """Connections ever opened per database (pg_stat_database.sessions, PostgreSQL 14+)."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT datname, sessions FROM pg_stat_database WHERE datname = ANY($1::text[])",
+            [OURS_DB, REFERENCE_DB],
+        )
+    except asyncpg.UndefinedColumnError:
+        return {}
+    finally:
+        await conn.close()
+    return {str(r["datname"]): int(r["sessions"] or 0) for r in rows}
+
+
+# --- request lists (read by wrk_requests.lua) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One endpoint under load: which server, the request list wrk replays, what must come back."""
+
+    key: str
+    server: str
+    label: str
+    requests_file: Path
+    body_file: Path | None
+    expect: frozenset[int]
+
+
+def write_request_lists(
+    run_dir: Path, settings: Settings, users: int, variants: Sequence[str]
+) -> dict[str, Target]:
+    tokens = {
+        user: issue_token(settings, sub=user_id(user), company_id=COMPANY, ttl_seconds=6 * 3600)
+        for user in range(1, users + 1)
+    }
+    (run_dir / "tokens.tsv").write_text(
+        "".join(f"{user_id(u)}\t{context_chat(u)}\t{tokens[u]}\n" for u in tokens)
+    )
+
+    def write(name: str, lines: Iterator[str]) -> Path:
+        path = run_dir / name
+        path.write_text("".join(f"{line}\n" for line in lines))
+        return path
+
+    def write_json(name: str, body: dict[str, Any]) -> Path:
+        path = run_dir / name
+        path.write_text(json.dumps(body))
+        return path
+
+    users_range = range(1, users + 1)
+    context = write(
+        "ours_context.tsv",
+        (f"POST\t/v1/chats/{context_chat(u)}/context\t{tokens[u]}" for u in users_range),
+    )
+    turns = write(
+        "ours_turns.tsv",
+        (f"POST\t/v1/chats/{turns_chat(u)}/turns\t{tokens[u]}" for u in users_range),
+    )
+    healthz = write("ours_healthz.tsv", iter(["GET\t/healthz\t-"]))
+    inject = write("ref_inject.tsv", (f"GET\t/apg/inject/{u}\t-" for u in users_range))
+    # the reference's turn-saves go to conversations of their own too (users+1 .. 2*users)
+    ref_turn = write("ref_turn.tsv", (f"POST\t/apg/turn/{users + u}\t-" for u in users_range))
+    const = write("ref_const.tsv", iter(["GET\t/const\t-"]))
+    context_body = write_json(
+        "context_body.json",
+        {"space_id": SPACE, "messages": [{"role": "user", "content": CONTEXT_QUESTION}]},
+    )
+    turn_body = write_json(
+        "turn_body.json",
+        {
+            "space_id": SPACE,
+            "messages": [{"role": "user", "content": TURN_TEXT}],
+            "response": {"role": "assistant", "content": TURN_TEXT},
+        },
+    )
+    ref_turn_body = write_json("ref_turn_body.json", {"user": TURN_TEXT, "assistant": TURN_TEXT})
+
+    targets: dict[str, Target] = {}
+    for variant in variants:
+        suffix = "" if variant == "ours" else f"[{variant}]"
+        targets[f"{variant}:context"] = Target(
+            "context", variant, f"POST /context{suffix}", context, context_body, frozenset({200})
+        )
+        targets[f"{variant}:turns"] = Target(
+            "turns", variant, f"POST /turns{suffix}", turns, turn_body, frozenset({202})
+        )
+        targets[f"{variant}:ceiling"] = Target(
+            "ceiling", variant, f"GET /healthz{suffix}", healthz, None, frozenset({200})
+        )
+    targets["ref:context"] = Target(
+        "context", "ref", "GET /apg/inject", inject, None, frozenset({200})
+    )
+    targets["ref:turns"] = Target(
+        "turns", "ref", "POST /apg/turn", ref_turn, ref_turn_body, frozenset({200})
+    )
+    targets["ref:ceiling"] = Target("ceiling", "ref", "GET /const", const, None, frozenset({200}))
+    return targets
+
+
+# --- servers ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(
+    name: str, command: list[str], env: dict[str, str], port: int, run_dir: Path
+) -> Server:
+    log_path = run_dir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and scripts
+            command,
+            cwd=run_dir,  # no stray .env is read
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the harness, which stops it in order
+        )
+    return Server(name, port, process, log_path)
+
+
+def wait_until_up(server: Server, path: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise BenchError(
+                f"{server.name} exited with {server.process.returncode}:\n{server.log_tail()}"
+            )
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(server.url + path, timeout=2) as answer,  # noqa: S310
+        ):
+            if answer.status == 200:
+                return
+        time.sleep(0.2)
+    raise BenchError(f"{server.name} did not answer {path} within {timeout:.0f} s")
+
+
+def stop_server(server: Server) -> None:
+    if server.process.poll() is not None:
+        return
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(timeout=10)
+
+
+def ours_env(database_url: str, *, pre_ping: bool, cprofile: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "ENVIRONMENT": "test",
+            "JWT_SECRET": JWT_SECRET,
+            "WORKER_ENABLED": "false",
+            "LOG_LEVEL": "WARNING",
+            "BENCH_POOL_PRE_PING": "1" if pre_ping else "0",
+        }
+    )
+    env.pop("BENCH_CPROFILE", None)
+    if cprofile is not None:
+        env["BENCH_CPROFILE"] = str(cprofile)
+    return env
+
+
+def start_ours(
+    name: str, database_url: str, run_dir: Path, *, pre_ping: bool, cprofile: Path | None = None
+) -> Server:
+    port = free_port()
+    command = [sys.executable, str(BENCH_DIR / "serve_ours.py"), "--port", str(port)]
+    env = ours_env(database_url, pre_ping=pre_ping, cprofile=cprofile)
+    server = start_server(name, command, env, port, run_dir)
+    wait_until_up(server, "/healthz")
+    return server
+
+
+def start_reference(dsn: str, run_dir: Path) -> Server:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "reference_app:app",
+        "--app-dir",
+        str(BENCH_DIR),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--no-access-log",
+    ]
+    env = dict(os.environ) | {"PG_DSN": dsn}
+    server = start_server("reference", command, env, port, run_dir)
+    wait_until_up(server, "/const")
+    return server
+
+
+# --- pre-flight: one real answer of every call, checked -----------------------------------------
+
+
+def http(
+    method: str, url: str, body: bytes | None = None, token: str | None = None
+) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+            return int(answer.status), json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode(errors="replace")
+
+
+def first_line(path: Path) -> tuple[str, str, str]:
+    method, route, token = path.read_text().splitlines()[0].split("\t")
+    return method, route, token
+
+
+def preflight(
+    servers: dict[str, Server], targets: dict[str, Target], profile_tokens: int
+) -> list[str]:
+    """One request per target, its answer checked; returns what was wrong (empty when fine)."""
+    problems: list[str] = []
+    for name, target in targets.items():
+        server = servers.get(target.server)
+        if server is None:
+            continue
+        method, route, bearer = first_line(target.requests_file)
+        body = target.body_file.read_bytes() if target.body_file else None
+        status, answer = http(method, server.url + route, body, None if bearer == "-" else bearer)
+        if status not in target.expect:
+            problems.append(f"{name}: {method} {route} answered {status}: {str(answer)[:300]}")
+            continue
+        if target.server != "ref" and target.key == "context":
+            memory, history = answer["memory"], answer["history"]
+            expected = {
+                "memory.injected": (memory["injected"], True),
+                "memory.tokens": (memory["tokens"], profile_tokens),
+                "history.mode": (history["mode"], "auto"),
+                "history.loaded": (history["loaded"], True),
+                "history.loaded_messages": (history["loaded_messages"], HISTORY_MESSAGES),
+            }
+            for field_name, (got, want) in expected.items():
+                if got != want:
+                    problems.append(f"{name}: {field_name} is {got!r}, expected {want!r}")
+        if (
+            target.server != "ref"
+            and target.key == "turns"
+            and (answer["consolidation"]["status"] != "queued" or answer["saved_messages"] != 2)
+        ):
+            problems.append(f"{name}: turn not saved and queued: {answer}")
+        if (
+            target.server == "ref"
+            and target.key == "context"
+            and len(answer["messages"]) != HISTORY_MESSAGES
+        ):
+            problems.append(f"{name}: {len(answer['messages'])} messages")
+    return problems
+
+
+# --- wrk --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WrkResult:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    statuses: dict[int, int]
+    socket_errors: int
+    non_2xx: int
+    new_connections: int | None = None
+
+    def bad(self, expect: frozenset[int]) -> int:
+        unexpected = sum(n for status, n in self.statuses.items() if status not in expect)
+        return unexpected + self.socket_errors
+
+
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def _latency_ms(output: str, percentile: str) -> float:
+    match = re.search(rf"^\s*{percentile}%\s+([\d.]+)(us|ms|s|m)\s*$", output, re.MULTILINE)
+    if match is None:
+        raise BenchError(f"no {percentile}% latency in wrk output:\n{output}")
+    return float(match.group(1)) * _UNITS_MS[match.group(2)]
+
+
+def parse_wrk(output: str) -> WrkResult:
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
+    total = re.search(r"(\d+) requests in", output)
+    if rps is None or total is None:
+        raise BenchError(f"unexpected wrk output:\n{output}")
+    socket_errors = 0
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
+    if errors is not None:
+        socket_errors = sum(int(n) for n in errors.groups())
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    statuses = {
+        int(m.group(1)): int(m.group(2))
+        for m in re.finditer(r"^STATUS (\d+) (\d+)$", output, re.MULTILINE)
+    }
+    return WrkResult(
+        rps=float(rps.group(1)),
+        p50_ms=_latency_ms(output, "50"),
+        p99_ms=_latency_ms(output, "99"),
+        requests=int(total.group(1)),
+        statuses=statuses,
+        socket_errors=socket_errors,
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+    )
+
+
+def run_wrk(wrk: str, url: str, target: Target, connections: int, duration: float) -> WrkResult:
+    command = [
+        wrk,
+        "-t1",
+        f"-c{connections}",
+        f"-d{duration:g}s",
+        "--latency",
+        "-s",
+        str(LUA_SCRIPT),
+        url,
+        "--",
+        str(target.requests_file),
+    ]
+    if target.body_file is not None:
+        command.append(str(target.body_file))
+    done = subprocess.run(  # noqa: S603 - wrk found on PATH, fixed arguments
+        command, capture_output=True, text=True, timeout=duration + 60, check=False
+    )
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr or done.stdout}")
+    return parse_wrk(done.stdout)
+
+
+# --- the comparison ---------------------------------------------------------------------------
+
+
+@dataclass
+class Measurements:
+    runs: dict[tuple[str, int], list[WrkResult]] = field(default_factory=dict)
+
+    def add(self, target: str, connections: int, result: WrkResult) -> None:
+        self.runs.setdefault((target, connections), []).append(result)
+
+    def median(self, target: str, connections: int) -> tuple[float, float, float] | None:
+        results = self.runs.get((target, connections))
+        if not results:
+            return None
+        return (
+            statistics.median(r.rps for r in results),
+            statistics.median(r.p50_ms for r in results),
+            statistics.median(r.p99_ms for r in results),
+        )
+
+    def bad(self, target: str, connections: int, expect: frozenset[int]) -> int:
+        return sum(r.bad(expect) for r in self.runs.get((target, connections), []))
+
+
+PAIR_TITLES = {
+    "context": "load/inject",
+    "turns": "turn-save",
+    "ceiling": "framework ceiling",
+}
+
+
+def ratio(ours: float, reference: float) -> str:
+    return f"{ours / reference:.2f}" if reference else "n/a"
+
+
+def render_table(measurements: Measurements, setup: Setup, connections: Sequence[int]) -> str:
+    targets = setup.targets
+    header = (
+        "| call | c | ours | req/s | ref | req/s | ours/ref req/s "
+        "| p50 ms ours / ref | ×p50 | p99 ms ours / ref | ×p99 | bad ours/ref |\n"
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for pair in setup.pairs:
+        reference = targets[f"ref:{pair}"]
+        for variant in setup.variants:
+            ours = targets[f"{variant}:{pair}"]
+            for c in connections:
+                o = measurements.median(f"{variant}:{pair}", c)
+                r = measurements.median(f"ref:{pair}", c)
+                if o is None or r is None:
+                    continue
+                bad_o = measurements.bad(f"{variant}:{pair}", c, ours.expect)
+                bad_r = measurements.bad(f"ref:{pair}", c, reference.expect)
+                lines.append(
+                    f"| {PAIR_TITLES[pair]} | {c} | {ours.label} | {o[0]:,.0f} "
+                    f"| {reference.label} | {r[0]:,.0f} | **{ratio(o[0], r[0])}** "
+                    f"| {o[1]:.1f} / {r[1]:.1f} | {ratio(o[1], r[1])} "
+                    f"| {o[2]:.1f} / {r[2]:.1f} | {ratio(o[2], r[2])} | {bad_o} / {bad_r} |"
+                )
+    return header + "\n".join(lines) + "\n"
+
+
+def render_variant_table(
+    measurements: Measurements, pairs: Sequence[str], variant: str, connections: Sequence[int]
+) -> str:
+    lines = [
+        f"| call | c | ours req/s | {variant} req/s | {variant}/ours req/s | ×p50 | ×p99 |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for pair in pairs:
+        for c in connections:
+            o = measurements.median(f"ours:{pair}", c)
+            v = measurements.median(f"{variant}:{pair}", c)
+            if o is None or v is None:
+                continue
+            lines.append(
+                f"| {PAIR_TITLES[pair]} | {c} | {o[0]:,.0f} | {v[0]:,.0f} "
+                f"| **{ratio(v[0], o[0])}** | {ratio(v[1], o[1])} | {ratio(v[2], o[2])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> Measurements:
+    wrk, targets, pairs = setup.wrk, setup.targets, setup.pairs
+    print(f"\nwarm-up: {args.warmup:g} s per endpoint at c={args.connections[0]}", flush=True)
+    for name, target in targets.items():
+        if target.key in pairs and target.server in servers:
+            run_wrk(wrk, servers[target.server].url, target, args.connections[0], args.warmup)
+            print(f"  {name} warm", flush=True)
+
+    measurements = Measurements()
+    for run in range(args.runs):
+        for c in args.connections:
+            for pair in pairs:
+                sides = [*setup.variants, "ref"]
+                if run % 2 == 1:  # alternate who goes first, so drift hits both sides alike
+                    sides.reverse()
+                for side in sides:
+                    name = f"{side}:{pair}"
+                    target = targets[name]
+                    before = asyncio.run(database_sessions(setup.admin_dsn))
+                    result = run_wrk(wrk, servers[side].url, target, c, args.duration)
+                    time.sleep(0.5)  # let the statistics collector catch up
+                    after = asyncio.run(database_sessions(setup.admin_dsn))
+                    database = REFERENCE_DB if side == "ref" else OURS_DB
+                    if database in before and database in after:
+                        opened = after[database] - before[database]
+                        result = WrkResult(**{**result.__dict__, "new_connections": opened})
+                    measurements.add(name, c, result)
+                    bad = result.bad(target.expect)
+                    print(
+                        f"  run {run + 1}/{args.runs} c={c:<3} {target.label:<28} "
+                        f"{result.rps:9,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
+                        f"p99 {result.p99_ms:7.2f} ms  statuses {result.statuses}"
+                        f"{f'  BAD {bad}' if bad else ''}"
+                        f"  new PG connections {result.new_connections}",
+                        flush=True,
+                    )
+    return measurements
+
+
+# --- cProfile of our process under load ---------------------------------------------------------
+
+
+def _category(filename: str) -> str:
+    if filename == "~":
+        return "C builtins (called from Python)"
+    path = filename.replace("\\", "/")
+    if "/site-packages/" in path:
+        package = path.split("/site-packages/", 1)[1].split("/", 1)[0]
+        return package.removesuffix(".py")
+    app_dir = str(PROJECT_ROOT / "app") + "/"
+    if path.startswith(app_dir):
+        return "app/" + path[len(app_dir) :].split("/", 1)[0]
+    if "/lib/python3" in path:
+        return "stdlib: " + path.rsplit("/lib/python3", 1)[1].split("/", 2)[1].removesuffix(".py")
+    return path
+
+
+def summarize_profile(path: Path, requests: int, top: int = 25) -> str:
+    stats = pstats.Stats(str(path))
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
+    raw = stats.stats  # type: ignore[attr-defined]
+    idle_names = ("run_until_complete", "run_forever", "'select' of", "poll")
+    by_category: dict[str, float] = {}
+    busy = 0.0
+    idle = 0.0
+    rows = []
+    for (filename, line, function), (_cc, calls, tottime, cumtime, _callers) in raw.items():
+        if filename == "~" and any(name in function for name in idle_names):
+            idle += tottime  # uvloop's C loop: socket I/O, httptools, epoll wait (idle)
+            continue
+        busy += tottime
+        category = _category(filename)
+        by_category[category] = by_category.get(category, 0.0) + tottime
+        rows.append((tottime, cumtime, calls, f"{_category(filename)}:{line}({function})"))
+    per_request = 1e6 / max(requests, 1)
+    out = [
+        f"profiled {requests:,} requests; Python time {busy:.2f} s "
+        f"({busy * per_request:.0f} µs/request under cProfile), "
+        f"event loop C code + idle {idle:.2f} s",
+        "",
+        "| where (tottime) | share | µs/request |",
+        "|---|---:|---:|",
+    ]
+    for category, seconds in sorted(by_category.items(), key=lambda kv: -kv[1])[:15]:
+        out.append(
+            f"| {category} | {seconds / busy:.0%} | {seconds * per_request:.0f} |"
+            if busy
+            else f"| {category} | - | - |"
+        )
+    out += [
+        "",
+        "| function | tottime µs/req | cumtime µs/req | calls/req |",
+        "|---|---:|---:|---:|",
+    ]
+    for tottime, cumtime, calls, name in sorted(rows, reverse=True)[:top]:
+        out.append(
+            f"| `{name}` | {tottime * per_request:.1f} | {cumtime * per_request:.1f} "
+            f"| {calls / max(requests, 1):.1f} |"
+        )
+    out += ["", "| function (cumulative) | cumtime µs/req |", "|---|---:|"]
+    app_rows = [r for r in rows if r[3].startswith("app/")]
+    for _tottime, cumtime, _calls, name in sorted(app_rows, key=lambda r: -r[1])[:top]:
+        out.append(f"| `{name}` | {cumtime * per_request:.1f} |")
+    return "\n".join(out) + "\n"
+
+
+def profile_ours(args: argparse.Namespace, setup: Setup) -> str:
+    wrk, ours_url, run_dir = setup.wrk, setup.ours_url, RUN_DIR
+    reports = []
+    c = args.connections[0]
+    for pair in ("context", "turns"):
+        target = setup.targets[f"ours:{pair}"]
+        stats_path = run_dir / f"ours_{pair}.pstats"
+        stats_path.unlink(missing_ok=True)
+        server = start_ours(
+            f"ours-profile-{pair}", ours_url, run_dir, pre_ping=True, cprofile=stats_path
+        )
+        try:
+            warm = run_wrk(wrk, server.url, target, c, args.warmup)
+            result = run_wrk(wrk, server.url, target, c, args.duration)
+        finally:
+            stop_server(server)
+        if not stats_path.exists():
+            raise BenchError(f"no profile written:\n{server.log_tail()}")
+        server_requests = warm.requests + result.requests  # the profile covers the warm-up too
+        bad = result.bad(target.expect)
+        reports.append(
+            f"### {target.label}, c={c}, {args.duration:g} s under cProfile "
+            f"({result.rps:,.0f} req/s profiled; statuses {result.statuses}"
+            f"{f', BAD {bad}' if bad else ''})\n\n"
+            + summarize_profile(stats_path, server_requests, top=args.profile_top)
+        )
+    return "\n".join(reports)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per endpoint and concurrency")
+    parser.add_argument(
+        "--connections",
+        type=lambda s: [int(c) for c in s.split(",") if c],
+        default=[16, 64],
+        help="comma-separated wrk concurrencies (default 16,64)",
+    )
+    parser.add_argument("--users", type=int, default=2000, help="users/conversations seeded")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up each")
+    parser.add_argument(
+        "--only",
+        type=lambda s: [p for p in s.split(",") if p],
+        default=["context", "turns", "ceiling"],
+        help="pairs to measure: context,turns,ceiling",
+    )
+    parser.add_argument(
+        "--with-no-pre-ping",
+        action="store_true",
+        help="also measure our service with pool_pre_ping=False, in the same runs",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the comparison: cProfile our process under wrk, one run per call",
+    )
+    parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
+    args = parser.parse_args(argv)
+    unknown = set(args.only) - set(PAIR_TITLES)
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from {sorted(PAIR_TITLES)}")
+    if args.runs < 1 or args.users < 1 or not args.connections:
+        parser.error("--runs, --users and --connections must be positive")
+    return args
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where things are, and what was seeded."""
+
+    wrk: str
+    admin_dsn: str
+    ours_url: str
+    reference_dsn: str
+    targets: dict[str, Target]
+    variants: list[str]
+    pairs: list[str]
+    profile_tokens: int
+
+
+def prepare(args: argparse.Namespace, wrk: str) -> Setup:
+    """(Re)create and seed both scratch databases; write the request lists."""
+    admin_url = os.environ.get("DATABASE_URL") or DEFAULT_ADMIN_URL
+    admin_dsn = plain_dsn(admin_url)
+    ours_url = plain_dsn(admin_url, OURS_DB)
+    reference_dsn = plain_dsn(admin_url, REFERENCE_DB)
+    settings = Settings(
+        _env_file=None,
+        database_url=ours_url,
+        environment="test",
+        jwt_secret=SecretStr(JWT_SECRET),
+        worker_enabled=False,
+    )
+    print(f"scratch databases {OURS_DB}, {REFERENCE_DB} on {make_url(admin_dsn).host}")
+    asyncio.run(recreate_databases(admin_dsn, [OURS_DB, REFERENCE_DB]))
+    print(f"seeding {args.users:,} users/conversations on both sides ...", flush=True)
+    started = time.monotonic()
+    asyncio.run(seed_reference(reference_dsn, args.users))
+    profile_tokens = asyncio.run(seed_ours(ours_url, settings, args.users))
+    document = profile_document(1)[0]
+    parse(document)  # a valid memory.md, or this raises
+    print(
+        f"  seeded in {time.monotonic() - started:.1f} s; our profile {len(document):,} chars, "
+        f"{profile_tokens:,} tokens; {HISTORY_MESSAGES} messages of 512 chars per chat",
+        flush=True,
+    )
+    variants = ["ours", "no-pre-ping"] if args.with_no_pre_ping else ["ours"]
+    return Setup(
+        wrk=wrk,
+        admin_dsn=admin_dsn,
+        ours_url=ours_url,
+        reference_dsn=reference_dsn,
+        targets=write_request_lists(RUN_DIR, settings, args.users, variants),
+        variants=variants,
+        pairs=[p for p in PAIR_TITLES if p in args.only],
+        profile_tokens=profile_tokens,
+    )
+
+
+def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> int:
+    """Start the servers (into `servers`, which the caller stops), check, measure, report."""
+    servers["ref"] = start_reference(setup.reference_dsn, RUN_DIR)
+    servers["ours"] = start_ours("ours", setup.ours_url, RUN_DIR, pre_ping=True)
+    if args.with_no_pre_ping:
+        servers["no-pre-ping"] = start_ours("no-pre-ping", setup.ours_url, RUN_DIR, pre_ping=False)
+    print("servers: " + ", ".join(f"{n} {s.url}" for n, s in servers.items()), flush=True)
+    problems = preflight(servers, setup.targets, setup.profile_tokens)
+    if problems:
+        raise BenchError("pre-flight check failed:\n  " + "\n  ".join(problems))
+    print("pre-flight: every call answers as expected (200/202, memory and history in)")
+
+    measurements = measure(args, setup, servers)
+    report = [
+        f"\n## Results {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: medians of {args.runs} runs "
+        f"of {args.duration:g} s, wrk -t1, {args.users:,} users\n",
+        render_table(measurements, setup, args.connections),
+    ]
+    if args.with_no_pre_ping:
+        report += [
+            "\npool_pre_ping=False vs our default (same runs):\n",
+            render_variant_table(measurements, setup.pairs, "no-pre-ping", args.connections),
+        ]
+    text_report = "\n".join(report)
+    print(text_report)
+    (RUN_DIR / "last_run.md").write_text(text_report)
+    total_bad = sum(
+        measurements.bad(name, c, target.expect)
+        for name, target in setup.targets.items()
+        for c in args.connections
+    )
+    if total_bad:
+        print(f"{total_bad} answers were not the expected status: see the runs above")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print(
+            "wrk is not installed; it is a system tool: `apt-get install wrk` (Debian/Ubuntu)",
+            file=sys.stderr,
+        )
+        return 2
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    admin_dsn = plain_dsn(os.environ.get("DATABASE_URL") or DEFAULT_ADMIN_URL)
+    servers: dict[str, Server] = {}
+    started = time.monotonic()
+    status = 1
+    try:
+        setup = prepare(args, wrk)
+        if args.profile:
+            report = profile_ours(args, setup)
+            print("\n" + report)
+            (RUN_DIR / "profile.md").write_text(report)
+            status = 0
+        else:
+            status = compare(args, setup, servers)
+    except BenchError as error:
+        print(f"bench: {error}", file=sys.stderr)
+    finally:
+        for server in servers.values():
+            stop_server(server)
+        if status != 0:
+            for server in servers.values():
+                print(f"--- {server.name} log ({server.log_path}):\n{server.log_tail()}")
+        if not args.keep:
+            asyncio.run(drop_databases(admin_dsn, [OURS_DB, REFERENCE_DB]))
+            print(f"dropped {OURS_DB} and {REFERENCE_DB}")
+        print(f"wall time {time.monotonic() - started:.0f} s")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
