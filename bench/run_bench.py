@@ -1,7 +1,8 @@
 """`make bench`: our two hot-path calls side by side with the reference app, over HTTP, with wrk.
 
     .venv/bin/python bench/run_bench.py [--duration 10] [--runs 3] [--connections 16,64]
-        [--users 2000] [--only context,turns,ceiling] [--with-no-pre-ping] [--profile]
+        [--users 2000] [--only context,turns,ceiling] [--variants no-pre-ping,pool20]
+        [--profile]
 
 What it does (see bench/README.md and docs/benchmarks.md):
 
@@ -24,8 +25,10 @@ What it does (see bench/README.md and docs/benchmarks.md):
    ratios as Markdown, and exits 1 if any answer was not the expected status.
 5. Stops the servers and drops both databases, also on failure or Ctrl-C.
 
---with-no-pre-ping adds a second instance of our service whose engine is built with
-pool_pre_ping=False (a knob of bench/serve_ours.py only) and measures it in the same runs.
+--variants adds more instances of our service, measured in the same runs (see VARIANTS):
+`no-pre-ping` builds the engine with pool_pre_ping=False (a knob of bench/serve_ours.py only,
+app/db.py is untouched), `pool20` sets DB_POOL_SIZE=20 DB_MAX_OVERFLOW=0 (the reference app's
+fixed pool of 20), `pool20-no-pre-ping` both.
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -483,7 +486,16 @@ def stop_server(server: Server) -> None:
         server.process.wait(timeout=10)
 
 
-def ours_env(database_url: str, *, pre_ping: bool, cprofile: Path | None = None) -> dict[str, str]:
+# Instances of our service besides the default one: extra environment of each.
+VARIANTS: dict[str, dict[str, str]] = {
+    "ours": {},
+    "no-pre-ping": {"BENCH_POOL_PRE_PING": "0"},
+    "pool20": {"DB_POOL_SIZE": "20", "DB_MAX_OVERFLOW": "0"},
+    "pool20-no-pre-ping": {"BENCH_POOL_PRE_PING": "0", "DB_POOL_SIZE": "20", "DB_MAX_OVERFLOW": "0"},
+}
+
+
+def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -492,8 +504,9 @@ def ours_env(database_url: str, *, pre_ping: bool, cprofile: Path | None = None)
             "JWT_SECRET": JWT_SECRET,
             "WORKER_ENABLED": "false",
             "LOG_LEVEL": "WARNING",
-            "BENCH_POOL_PRE_PING": "1" if pre_ping else "0",
+            "BENCH_POOL_PRE_PING": "1",
         }
+        | VARIANTS[variant]
     )
     env.pop("BENCH_CPROFILE", None)
     if cprofile is not None:
@@ -502,12 +515,12 @@ def ours_env(database_url: str, *, pre_ping: bool, cprofile: Path | None = None)
 
 
 def start_ours(
-    name: str, database_url: str, run_dir: Path, *, pre_ping: bool, cprofile: Path | None = None
+    variant: str, database_url: str, run_dir: Path, *, cprofile: Path | None = None, name: str = ""
 ) -> Server:
     port = free_port()
     command = [sys.executable, str(BENCH_DIR / "serve_ours.py"), "--port", str(port)]
-    env = ours_env(database_url, pre_ping=pre_ping, cprofile=cprofile)
-    server = start_server(name, command, env, port, run_dir)
+    env = ours_env(database_url, variant, cprofile)
+    server = start_server(name or variant, command, env, port, run_dir)
     wait_until_up(server, "/healthz")
     return server
 
@@ -746,22 +759,23 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
 
 
 def render_variant_table(
-    measurements: Measurements, pairs: Sequence[str], variant: str, connections: Sequence[int]
+    measurements: Measurements, setup: Setup, connections: Sequence[int]
 ) -> str:
     lines = [
-        f"| call | c | ours req/s | {variant} req/s | {variant}/ours req/s | ×p50 | ×p99 |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| call | c | variant | ours req/s | variant req/s | variant/ours req/s | ×p50 | ×p99 |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    for pair in pairs:
+    for pair in setup.pairs:
         for c in connections:
-            o = measurements.median(f"ours:{pair}", c)
-            v = measurements.median(f"{variant}:{pair}", c)
-            if o is None or v is None:
-                continue
-            lines.append(
-                f"| {PAIR_TITLES[pair]} | {c} | {o[0]:,.0f} | {v[0]:,.0f} "
-                f"| **{ratio(v[0], o[0])}** | {ratio(v[1], o[1])} | {ratio(v[2], o[2])} |"
-            )
+            for variant in setup.variants[1:]:
+                o = measurements.median(f"ours:{pair}", c)
+                v = measurements.median(f"{variant}:{pair}", c)
+                if o is None or v is None:
+                    continue
+                lines.append(
+                    f"| {PAIR_TITLES[pair]} | {c} | {variant} | {o[0]:,.0f} | {v[0]:,.0f} "
+                    f"| **{ratio(v[0], o[0])}** | {ratio(v[1], o[1])} | {ratio(v[2], o[2])} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -880,7 +894,7 @@ def profile_ours(args: argparse.Namespace, setup: Setup) -> str:
         stats_path = run_dir / f"ours_{pair}.pstats"
         stats_path.unlink(missing_ok=True)
         server = start_ours(
-            f"ours-profile-{pair}", ours_url, run_dir, pre_ping=True, cprofile=stats_path
+            "ours", ours_url, run_dir, cprofile=stats_path, name=f"ours-profile-{pair}"
         )
         try:
             warm = run_wrk(wrk, server.url, target, c, args.warmup)
@@ -922,9 +936,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="pairs to measure: context,turns,ceiling",
     )
     parser.add_argument(
-        "--with-no-pre-ping",
-        action="store_true",
-        help="also measure our service with pool_pre_ping=False, in the same runs",
+        "--variants",
+        type=lambda s: [v for v in s.split(",") if v],
+        default=[],
+        help=f"extra instances of our service, same runs: {','.join(list(VARIANTS)[1:])}",
     )
     parser.add_argument(
         "--profile",
@@ -934,6 +949,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
     args = parser.parse_args(argv)
+    unknown_variants = set(args.variants) - set(VARIANTS)
+    if unknown_variants:
+        parser.error(f"--variants: unknown {sorted(unknown_variants)}; choose from {list(VARIANTS)}")
     unknown = set(args.only) - set(PAIR_TITLES)
     if unknown:
         parser.error(f"--only: unknown {sorted(unknown)}; choose from {sorted(PAIR_TITLES)}")
@@ -986,7 +1004,7 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
         f"{profile_tokens:,} tokens; {HISTORY_MESSAGES} messages of 512 chars per chat",
         flush=True,
     )
-    variants = ["ours", "no-pre-ping"] if args.with_no_pre_ping else ["ours"]
+    variants = ["ours", *(v for v in args.variants if v != "ours")]
     return Setup(
         wrk=wrk,
         admin_dsn=admin_dsn,
@@ -1002,9 +1020,8 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
 def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> int:
     """Start the servers (into `servers`, which the caller stops), check, measure, report."""
     servers["ref"] = start_reference(setup.reference_dsn, RUN_DIR)
-    servers["ours"] = start_ours("ours", setup.ours_url, RUN_DIR, pre_ping=True)
-    if args.with_no_pre_ping:
-        servers["no-pre-ping"] = start_ours("no-pre-ping", setup.ours_url, RUN_DIR, pre_ping=False)
+    for variant in setup.variants:
+        servers[variant] = start_ours(variant, setup.ours_url, RUN_DIR)
     print("servers: " + ", ".join(f"{n} {s.url}" for n, s in servers.items()), flush=True)
     problems = preflight(servers, setup.targets, setup.profile_tokens)
     if problems:
@@ -1017,10 +1034,10 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
         f"of {args.duration:g} s, wrk -t1, {args.users:,} users\n",
         render_table(measurements, setup, args.connections),
     ]
-    if args.with_no_pre_ping:
+    if len(setup.variants) > 1:
         report += [
-            "\npool_pre_ping=False vs our default (same runs):\n",
-            render_variant_table(measurements, setup.pairs, "no-pre-ping", args.connections),
+            "\nVariants of our service vs the default one (same runs):\n",
+            render_variant_table(measurements, setup, args.connections),
         ]
     text_report = "\n".join(report)
     print(text_report)

@@ -29,6 +29,15 @@ class Job(Base):
             postgresql_where=text("status IN ('queued', 'retrying')"),
         ),
         Index("ix_jobs_owner_status", "company_id", "user_id", "status"),
+        # the claim scans pending jobs oldest first
+        Index(
+            "ix_jobs_pending_created",
+            "created_at",
+            "id",
+            postgresql_where=text("status IN ('queued', 'retrying', 'running')"),
+        ),
+        # the operators' listing: a company's jobs, newest first
+        Index("ix_jobs_company_created", "company_id", text("created_at DESC"), text("id DESC")),
     )
 
     company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
