@@ -46,6 +46,7 @@ __all__ = [
     "ProfileFormatError",
     "Section",
     "apply",
+    "body_has_bullets",
     "bullet_count",
     "diff_operations",
     "empty_profile",
@@ -54,6 +55,7 @@ __all__ = [
     "render",
     "render_body",
     "sanitize_bullet",
+    "stored_body",
 ]
 
 TITLE_LINE = "# User Memory"
@@ -78,6 +80,21 @@ _PLAIN_YAML_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]*")
 def render(profile: Profile) -> str:
     """The complete memory.md document in canonical form."""
     return _render_frontmatter(profile.frontmatter) + "\n" + render_body(profile)
+
+
+def stored_body(text: str) -> str:
+    """The body of a document this service rendered (`render`), without parsing it: everything
+    after the frontmatter. For the load path, which must not pay for a full parse of a version
+    that was validated when it was written. Equal to `render_body(parse(text))`."""
+    end = text.find("\n" + FRONTMATTER_DELIMITER + "\n", len(FRONTMATTER_DELIMITER))
+    if not text.startswith(FRONTMATTER_DELIMITER + "\n") or end < 0:
+        raise ProfileFormatError("line 1: a stored profile starts with its frontmatter")
+    return text[end + len(FRONTMATTER_DELIMITER) + 2 :].lstrip("\n")
+
+
+def body_has_bullets(body: str) -> bool:
+    """Whether a rendered body holds at least one bullet (bullets are the only `- ` lines)."""
+    return body.startswith("- ") or "\n- " in body
 
 
 def render_body(profile: Profile) -> str:

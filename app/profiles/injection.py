@@ -17,7 +17,12 @@ MEMORY_INSTRUCTIONS = (
 
 def render_memory_section(profile: Profile) -> str:
     """The heading, the instructions, then the profile body verbatim (no frontmatter)."""
-    return f"## {MEMORY_SECTION_TITLE}\n\n{MEMORY_INSTRUCTIONS}\n\n{render_body(profile)}"
+    return memory_section_for_body(render_body(profile))
+
+
+def memory_section_for_body(body: str) -> str:
+    """`render_memory_section` for an already rendered body (the load path's fast route)."""
+    return f"## {MEMORY_SECTION_TITLE}\n\n{MEMORY_INSTRUCTIONS}\n\n{body}"
 
 
 def compose_system_prompt(base: str | None, memory_section: str | None) -> str | None:

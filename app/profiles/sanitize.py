@@ -36,7 +36,10 @@ def sanitize_bullet(text: str) -> str:
     is backslash-escaped; the result is cut to ``MAX_BULLET_CHARS`` with a trailing ellipsis.
     The function is idempotent: sanitising a sanitised text returns it unchanged.
     """
-    flattened = "".join(_clean_char(char) for char in text)
+    if text.isascii() and text.isprintable():
+        flattened = text  # the common case: nothing to flatten or remove
+    else:
+        flattened = "".join(_clean_char(char) for char in text)
     collapsed = _SPACE_RUN.sub(" ", flattened).strip()
     if not collapsed:
         return ""

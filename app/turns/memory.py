@@ -1,6 +1,7 @@
 """What `/context` injects from a stored profile: the "What I know about you" section, within
-the space's token budget. Pure, and cached per (content, budget): parsing and rendering a
-profile costs far more than the rest of the load path, and a stored version never changes.
+the space's token budget. Pure. Within budget the stored body is injected as it is, without a
+parse (the version was validated when it was written); the rare over-budget path parses and
+cuts, cached per (content, budget) since a stored version never changes.
 """
 
 from __future__ import annotations
@@ -9,8 +10,14 @@ import functools
 from dataclasses import dataclass
 
 from app.profiles.budget import truncate_to_budget
-from app.profiles.document import bullet_count, parse, render_body
-from app.profiles.injection import render_memory_section
+from app.profiles.document import (
+    body_has_bullets,
+    bullet_count,
+    parse,
+    render_body,
+    stored_body,
+)
+from app.profiles.injection import memory_section_for_body, render_memory_section
 from app.tokens import TokenCounter
 
 CACHE_SIZE = 256
@@ -42,12 +49,12 @@ def memory_to_inject(
     return _truncated(content, budget, counter)
 
 
-@functools.lru_cache(maxsize=CACHE_SIZE)
 def _whole(content: str, stored_tokens: int) -> InjectedMemory | None:
-    profile = parse(content)
-    if bullet_count(profile) == 0:
+    """The common path: no parse (the version was validated when written), a string slice."""
+    body = stored_body(content)
+    if not body_has_bullets(body):
         return None
-    return InjectedMemory(render_memory_section(profile), stored_tokens, truncated=False)
+    return InjectedMemory(memory_section_for_body(body), stored_tokens, truncated=False)
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)

@@ -13,12 +13,14 @@ from app.profiles.document import (
     Profile,
     Section,
     apply,
+    body_has_bullets,
     diff_operations,
     parse,
     parse_body,
     render,
     render_body,
     sanitize_bullet,
+    stored_body,
 )
 from app.profiles.profile import topic_prefix
 
@@ -122,3 +124,21 @@ def test_any_added_text_lands_as_a_bullet_of_a_valid_document(
         clean = fold(sanitize_bullet(text))
         present = [fold(bullet) for bullet in result.bullets(section)]
         assert not clean or any(bullet.endswith(clean) for bullet in present)
+
+
+@PROPERTY
+@given(profiles())
+def test_the_stored_body_is_the_rendered_body_without_a_parse(profile: Profile) -> None:
+    text = render(profile)
+
+    assert stored_body(text) == render_body(profile)
+    assert body_has_bullets(stored_body(text)) == any(bullets for _, bullets in profile.sections)
+
+
+@PROPERTY
+@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126)))
+def test_the_ascii_fast_path_of_sanitising_changes_nothing(text: str) -> None:
+    """Printable ASCII skips the per-character pass; the result must be the slow path's."""
+    from app.profiles import sanitize  # noqa: PLC0415
+
+    assert "".join(sanitize._clean_char(char) for char in text) == text
