@@ -34,8 +34,11 @@ class Settings(BaseSettings):
     # --- database ----------------------------------------------------------------------------
     database_url: str | None = None  # contract: DATABASE_URL (unset -> embedded PostgreSQL)
     embedded_pg_dir: Path = PROJECT_ROOT / "var" / "pg"  # contract: EMBEDDED_PG_DIR
-    db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    # Off: a pre-ping costs round trips on every checkout of the hot path; after a database
+    # restart the first request on a stale connection answers 503 and the pool is recycled.
+    db_pool_pre_ping: bool = False
     db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     db_statement_timeout_ms: int = Field(default=15_000, ge=0)
     db_unavailable_retry_after_seconds: int = Field(default=5, ge=1)

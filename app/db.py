@@ -58,7 +58,7 @@ def create_database(url: str, settings: Settings) -> Database:
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=settings.db_pool_pre_ping,
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args={
             "timeout": settings.db_connect_timeout_seconds,

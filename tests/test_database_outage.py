@@ -6,6 +6,7 @@ Runs against a private embedded PostgreSQL that the test really stops and starts
 from __future__ import annotations
 
 import asyncio
+import re
 import tempfile
 from pathlib import Path
 
@@ -51,10 +52,16 @@ async def test_outage_gives_503_then_recovers() -> None:
 
                     server = EmbeddedPostgres(data_dir)
                     await asyncio.to_thread(server.start)
-                    recovered = await http.get("/_probe/count")
-                    assert recovered.status_code == 200, recovered.text
+                    # a pooled connection from before the restart may answer one more 503;
+                    # that error recycles the pool, and the next request is served
+                    statuses = [(await http.get("/_probe/count")).status_code for _ in range(3)]
+                    assert statuses[-1] == 200, statuses
+                    assert set(statuses) <= {200, 503}
+                    assert statuses.count(503) <= 1
                     assert (await http.get("/readyz")).status_code == 200
                     metrics = (await http.get("/metrics")).text
-                    assert "database_unavailable_total 1.0" in metrics
+                    counted = re.search(r"^database_unavailable_total (\S+)$", metrics, re.M)
+                    assert counted is not None
+                    assert float(counted.group(1)) == 1 + statuses.count(503)
         finally:
             await asyncio.to_thread(server.stop)
