@@ -61,7 +61,7 @@ class PageRequest:
         return value
 
 
-def _page_request(
+async def _page_request(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size")] = DEFAULT_LIMIT,
     cursor: Annotated[
         str | None, Query(max_length=_MAX_CURSOR_CHARS, description="From `next_cursor`")

@@ -22,7 +22,7 @@ OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such job"}}
 
 
-def _job_id(job_id: str) -> uuid.UUID:
+async def _job_id(job_id: str) -> uuid.UUID:
     """A job id that is not a UUID names no job: 404, not 422."""
     try:
         return uuid.UUID(job_id)

@@ -41,7 +41,7 @@ AgainstQuery = Annotated[
 ]
 
 
-def _keep_versions(request: Request) -> int:
+async def _keep_versions(request: Request) -> int:
     keep: int = request.app.state.settings.memory_max_versions
     return keep
 

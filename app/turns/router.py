@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response, status
@@ -18,18 +17,24 @@ from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, Turn
 router = APIRouter(tags=["turns"])
 
 
-def _settings(request: Request) -> Settings:
+# Dependencies are `async def`: FastAPI runs plain `def` dependencies in a worker thread, a
+# thread hop per dependency per request on the hot path.
+
+
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-@functools.cache
-def _token_counter() -> TokenCounter:
+_COUNTER = TokenCounter()
+
+
+async def _token_counter() -> TokenCounter:
     """Counts history tokens once, at save time, with the offline encoding (no network)."""
-    return TokenCounter()
+    return _COUNTER
 
 
-def _idempotency_key(
+async def _idempotency_key(
     settings: Annotated[Settings, Depends(_settings)],
     key: Annotated[
         str | None,
