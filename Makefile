@@ -28,6 +28,10 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Not part of `test`: ~8 minutes, needs wrk and a PostgreSQL (DATABASE_URL, default local postgres).
+bench: $(STAMP)
+	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
+
 openapi: $(STAMP)
 	$(BIN)/python -m app openapi
 

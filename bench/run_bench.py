@@ -1,7 +1,7 @@
 """`make bench`: our two hot-path calls side by side with the reference app, over HTTP, with wrk.
 
     .venv/bin/python bench/run_bench.py [--duration 10] [--runs 3] [--connections 16,64]
-        [--users 2000] [--only context,turns,ceiling] [--variants no-pre-ping,pool20]
+        [--users 2000] [--only context,turns,ceiling] [--variants pre-ping,fixed-pool]
         [--profile]
 
 What it does (see bench/README.md and docs/benchmarks.md):
@@ -25,10 +25,10 @@ What it does (see bench/README.md and docs/benchmarks.md):
    ratios as Markdown, and exits 1 if any answer was not the expected status.
 5. Stops the servers and drops both databases, also on failure or Ctrl-C.
 
---variants adds more instances of our service, measured in the same runs (see VARIANTS):
-`no-pre-ping` builds the engine with pool_pre_ping=False (a knob of bench/serve_ours.py only,
-app/db.py is untouched), `pool20` sets DB_POOL_SIZE=20 DB_MAX_OVERFLOW=0 (the reference app's
-fixed pool of 20), `pool20-no-pre-ping` both.
+--variants adds more instances of our service with other pool settings, measured in the same
+runs (see VARIANTS): `pre-ping` (DB_POOL_PRE_PING=true), `fixed-pool` (DB_MAX_OVERFLOW=0: a fixed
+pool of DB_POOL_SIZE, like the reference's 20), `pool10-pre-ping` (10 + 10 overflow with pre-ping,
+the defaults before commit c2deb0e).
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -38,8 +38,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
+import math
 import os
 import pstats
 import re
@@ -53,7 +55,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,6 +86,8 @@ HISTORY_MESSAGES = 20  # stored messages per chat, as in the reference seed
 LUA_SCRIPT = BENCH_DIR / "wrk_requests.lua"
 REFERENCE_APP = BENCH_DIR / "reference_app.py"
 RUN_DIR = PROJECT_ROOT / "var" / "bench"
+WRK_TIMEOUT_SECONDS = 10  # wrk's default (2 s) drops slow answers from the latency figures
+STATS_SETTLE_SECONDS = 1.0
 
 # The turn body of shared/bench/wrk_post_turn.lua: 500 chars, the same on both sides.
 TURN_TEXT = "".join(chr(97 + (i * 7) % 26) for i in range(1, 501))
@@ -315,14 +319,19 @@ async def seed_history(dsn: str, users: int) -> None:
 
 
 async def database_sessions(admin_dsn: str) -> dict[str, int]:
-    """Connections ever opened per database (pg_stat_database.sessions, PostgreSQL 14+)."""
+    """Connections ever opened per scratch database (pg_stat_database.sessions, PostgreSQL 14+).
+
+    Backends report statistics when idle, at most once a second and up to ~10 s late once
+    the load stops, so a run's delta can include a few connections of the run before it on the
+    same database: read it as the order of magnitude of pool churn, not an exact count.
+    """
     conn = await asyncpg.connect(admin_dsn)
     try:
         rows = await conn.fetch(
             "SELECT datname, sessions FROM pg_stat_database WHERE datname = ANY($1::text[])",
             [OURS_DB, REFERENCE_DB],
         )
-    except asyncpg.UndefinedColumnError:
+    except asyncpg.UndefinedColumnError:  # PostgreSQL before 14
         return {}
     finally:
         await conn.close()
@@ -436,6 +445,17 @@ class Server:
             return "(no log)"
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads) from /proc; None elsewhere."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -486,17 +506,20 @@ def stop_server(server: Server) -> None:
         server.process.wait(timeout=10)
 
 
-# Instances of our service besides the default one: extra environment of each.
+# Instances of our service: "ours" runs with the app's default settings, the others with these
+# on top (the app's own settings, read from the environment).
 VARIANTS: dict[str, dict[str, str]] = {
     "ours": {},
-    "no-pre-ping": {"BENCH_POOL_PRE_PING": "0"},
-    "pool20": {"DB_POOL_SIZE": "20", "DB_MAX_OVERFLOW": "0"},
-    "pool20-no-pre-ping": {"BENCH_POOL_PRE_PING": "0", "DB_POOL_SIZE": "20", "DB_MAX_OVERFLOW": "0"},
+    "pre-ping": {"DB_POOL_PRE_PING": "true"},
+    "fixed-pool": {"DB_MAX_OVERFLOW": "0"},
+    "pool10-pre-ping": {"DB_POOL_SIZE": "10", "DB_MAX_OVERFLOW": "10", "DB_POOL_PRE_PING": "true"},
 }
+# Inherited from the caller's environment, these would change what "ours" means.
+_POOL_SETTINGS = ("DB_POOL_SIZE", "DB_MAX_OVERFLOW", "DB_POOL_PRE_PING")
 
 
 def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k.upper() not in _POOL_SETTINGS}
     env.update(
         {
             "DATABASE_URL": database_url,
@@ -504,7 +527,6 @@ def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> d
             "JWT_SECRET": JWT_SECRET,
             "WORKER_ENABLED": "false",
             "LOG_LEVEL": "WARNING",
-            "BENCH_POOL_PRE_PING": "1",
         }
         | VARIANTS[variant]
     )
@@ -521,11 +543,49 @@ def start_ours(
     command = [sys.executable, str(BENCH_DIR / "serve_ours.py"), "--port", str(port)]
     env = ours_env(database_url, variant, cprofile)
     server = start_server(name or variant, command, env, port, run_dir)
-    wait_until_up(server, "/healthz")
+    try:
+        wait_until_up(server, "/healthz")
+    except BaseException:
+        stop_server(server)
+        raise
     return server
 
 
+def code_version() -> str:
+    """The commit being measured (read-only git calls), and whether app/ differs from it."""
+    env = dict(os.environ) | {"GIT_OPTIONAL_LOCKS": "0"}  # never touch the index
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607 - git on PATH
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "app", "migrations"],  # noqa: S607
+            cwd=PROJECT_ROOT,
+            env=env,
+            check=False,
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown"
+    return f"commit {head}" + (" + uncommitted changes in app/" if dirty else "")
+
+
+def check_reference_copy() -> None:
+    """Warn when bench/reference_app.py drifted from the team's shared copy (when present)."""
+    shared = PROJECT_ROOT.parent / "shared" / "bench" / "reference_app.py"
+    if not shared.exists():
+        return
+    ours = REFERENCE_APP.read_text().split("# fmt: off\n", 1)[-1]
+    if ours != shared.read_text():
+        print(f"warning: {REFERENCE_APP} differs from {shared}; copy it again (keep the header)")
+
+
 def start_reference(dsn: str, run_dir: Path) -> Server:
+    check_reference_copy()
     port = free_port()
     command = [
         sys.executable,
@@ -548,7 +608,11 @@ def start_reference(dsn: str, run_dir: Path) -> Server:
     ]
     env = dict(os.environ) | {"PG_DSN": dsn}
     server = start_server("reference", command, env, port, run_dir)
-    wait_until_up(server, "/const")
+    try:
+        wait_until_up(server, "/const")
+    except BaseException:
+        stop_server(server)
+        raise
     return server
 
 
@@ -621,18 +685,29 @@ def preflight(
 
 @dataclass(frozen=True)
 class WrkResult:
+    """One wrk run, plus what the harness saw around it."""
+
     rps: float
     p50_ms: float
     p99_ms: float
     requests: int
     statuses: dict[int, int]
-    socket_errors: int
+    socket_errors: int  # connect/read/write errors and timeouts (wrk --timeout)
     non_2xx: int
-    new_connections: int | None = None
+    server_cpu_seconds: float | None = None  # user+system CPU of the server process
+    new_connections: int | None = None  # opened on the server's database (approximate)
 
-    def bad(self, expect: frozenset[int]) -> int:
-        unexpected = sum(n for status, n in self.statuses.items() if status not in expect)
-        return unexpected + self.socket_errors
+    def wrong_status(self, expect: frozenset[int]) -> int:
+        """Answers that were not the expected status (the run does not measure the call)."""
+        return sum(n for status, n in self.statuses.items() if status not in expect)
+
+    def cpu_us(self) -> float:
+        if self.server_cpu_seconds is None or not self.requests:
+            return math.nan
+        return self.server_cpu_seconds * 1e6 / self.requests
+
+    def sessions(self) -> float:
+        return math.nan if self.new_connections is None else float(self.new_connections)
 
 
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -678,6 +753,7 @@ def run_wrk(wrk: str, url: str, target: Target, connections: int, duration: floa
         "-t1",
         f"-c{connections}",
         f"-d{duration:g}s",
+        f"--timeout={WRK_TIMEOUT_SECONDS}s",
         "--latency",
         "-s",
         str(LUA_SCRIPT),
@@ -705,18 +781,32 @@ class Measurements:
     def add(self, target: str, connections: int, result: WrkResult) -> None:
         self.runs.setdefault((target, connections), []).append(result)
 
-    def median(self, target: str, connections: int) -> tuple[float, float, float] | None:
-        results = self.runs.get((target, connections))
-        if not results:
-            return None
-        return (
-            statistics.median(r.rps for r in results),
-            statistics.median(r.p50_ms for r in results),
-            statistics.median(r.p99_ms for r in results),
-        )
+    def has(self, target: str, connections: int) -> bool:
+        return bool(self.runs.get((target, connections)))
 
-    def bad(self, target: str, connections: int, expect: frozenset[int]) -> int:
-        return sum(r.bad(expect) for r in self.runs.get((target, connections), []))
+    def median(self, target: str, connections: int, metric: Callable[[WrkResult], float]) -> float:
+        """The median of `metric` over the runs (NaN values left out; NaN when none is left)."""
+        values = [metric(r) for r in self.runs.get((target, connections), [])]
+        values = [v for v in values if not math.isnan(v)]
+        return statistics.median(values) if values else math.nan
+
+    def medians(
+        self, first: str, second: str, connections: int, metric: Callable[[WrkResult], float]
+    ) -> tuple[float, float]:
+        return self.median(first, connections, metric), self.median(second, connections, metric)
+
+    def wrong_status(self, target: str, connections: int, expect: frozenset[int]) -> int:
+        return sum(r.wrong_status(expect) for r in self.runs.get((target, connections), []))
+
+    def socket_errors(self, target: str, connections: int) -> int:
+        return sum(r.socket_errors for r in self.runs.get((target, connections), []))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [
+            {"target": target, "connections": c, "run": n + 1, **dataclasses.asdict(result)}
+            for (target, c), results in self.runs.items()
+            for n, result in enumerate(results)
+        ]
 
 
 PAIR_TITLES = {
@@ -726,34 +816,74 @@ PAIR_TITLES = {
 }
 
 
+def _rps(r: WrkResult) -> float:
+    return r.rps
+
+
+def _p50(r: WrkResult) -> float:
+    return r.p50_ms
+
+
+def _p99(r: WrkResult) -> float:
+    return r.p99_ms
+
+
+# what the tables show, in this order: req/s, p50, p99, server CPU µs/request, PostgreSQL
+# connections opened per run
+METRICS: tuple[Callable[[WrkResult], float], ...] = (
+    _rps,
+    _p50,
+    _p99,
+    WrkResult.cpu_us,
+    WrkResult.sessions,
+)
+
+
 def ratio(ours: float, reference: float) -> str:
-    return f"{ours / reference:.2f}" if reference else "n/a"
+    if math.isnan(ours) or math.isnan(reference) or not reference:
+        return "n/a"
+    return f"{ours / reference:.2f}"
+
+
+def number(value: float, digits: int = 0) -> str:
+    return "?" if math.isnan(value) else f"{value:,.{digits}f}"
 
 
 def render_table(measurements: Measurements, setup: Setup, connections: Sequence[int]) -> str:
-    targets = setup.targets
+    """Ours vs the reference, one line per call, variant and concurrency."""
     header = (
-        "| call | c | ours | req/s | ref | req/s | ours/ref req/s "
-        "| p50 ms ours / ref | ×p50 | p99 ms ours / ref | ×p99 | bad ours/ref |\n"
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| call | c | ours | req/s | reference | req/s | ours/ref req/s "
+        "| p50 ms ours / ref | ×p50 | p99 ms ours / ref | ×p99 "
+        "| server CPU µs/req ours / ref | ×CPU "
+        "| new PG conns/run ours / ref | wrong status, socket errors ours / ref |\n"
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for pair in setup.pairs:
-        reference = targets[f"ref:{pair}"]
+        ref_name = f"ref:{pair}"
+        reference = setup.targets[ref_name]
         for variant in setup.variants:
-            ours = targets[f"{variant}:{pair}"]
+            name = f"{variant}:{pair}"
+            ours = setup.targets[name]
             for c in connections:
-                o = measurements.median(f"{variant}:{pair}", c)
-                r = measurements.median(f"ref:{pair}", c)
-                if o is None or r is None:
+                if not (measurements.has(name, c) and measurements.has(ref_name, c)):
                     continue
-                bad_o = measurements.bad(f"{variant}:{pair}", c, ours.expect)
-                bad_r = measurements.bad(f"ref:{pair}", c, reference.expect)
+                rps, p50, p99, cpu, conns = (
+                    measurements.medians(name, ref_name, c, metric) for metric in METRICS
+                )
+                errors = (
+                    f"{measurements.wrong_status(name, c, ours.expect)}, "
+                    f"{measurements.socket_errors(name, c)} / "
+                    f"{measurements.wrong_status(ref_name, c, reference.expect)}, "
+                    f"{measurements.socket_errors(ref_name, c)}"
+                )
                 lines.append(
-                    f"| {PAIR_TITLES[pair]} | {c} | {ours.label} | {o[0]:,.0f} "
-                    f"| {reference.label} | {r[0]:,.0f} | **{ratio(o[0], r[0])}** "
-                    f"| {o[1]:.1f} / {r[1]:.1f} | {ratio(o[1], r[1])} "
-                    f"| {o[2]:.1f} / {r[2]:.1f} | {ratio(o[2], r[2])} | {bad_o} / {bad_r} |"
+                    f"| {PAIR_TITLES[pair]} | {c} | {ours.label} | {number(rps[0])} "
+                    f"| {reference.label} | {number(rps[1])} | **{ratio(*rps)}** "
+                    f"| {number(p50[0], 1)} / {number(p50[1], 1)} | {ratio(*p50)} "
+                    f"| {number(p99[0], 1)} / {number(p99[1], 1)} | {ratio(*p99)} "
+                    f"| {number(cpu[0])} / {number(cpu[1])} | {ratio(*cpu)} "
+                    f"| {number(conns[0])} / {number(conns[1])} | {errors} |"
                 )
     return header + "\n".join(lines) + "\n"
 
@@ -761,30 +891,54 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
 def render_variant_table(
     measurements: Measurements, setup: Setup, connections: Sequence[int]
 ) -> str:
+    """Each extra instance of our service against the default one (same runs)."""
     lines = [
-        "| call | c | variant | ours req/s | variant req/s | variant/ours req/s | ×p50 | ×p99 |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| call | c | variant | req/s ours → variant | ×req/s | ×p50 | ×p99 "
+        "| server CPU µs/req ours → variant | ×CPU | new PG conns/run ours → variant |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for pair in setup.pairs:
+        base = f"ours:{pair}"
         for c in connections:
             for variant in setup.variants[1:]:
-                o = measurements.median(f"ours:{pair}", c)
-                v = measurements.median(f"{variant}:{pair}", c)
-                if o is None or v is None:
+                name = f"{variant}:{pair}"
+                if not (measurements.has(base, c) and measurements.has(name, c)):
                     continue
+                rps, p50, p99, cpu, conns = (
+                    measurements.medians(name, base, c, metric) for metric in METRICS
+                )
                 lines.append(
-                    f"| {PAIR_TITLES[pair]} | {c} | {variant} | {o[0]:,.0f} | {v[0]:,.0f} "
-                    f"| **{ratio(v[0], o[0])}** | {ratio(v[1], o[1])} | {ratio(v[2], o[2])} |"
+                    f"| {PAIR_TITLES[pair]} | {c} | {variant} "
+                    f"| {number(rps[1])} → {number(rps[0])} | **{ratio(*rps)}** "
+                    f"| {ratio(*p50)} | {ratio(*p99)} "
+                    f"| {number(cpu[1])} → {number(cpu[0])} | {ratio(*cpu)} "
+                    f"| {number(conns[1])} → {number(conns[0])} |"
                 )
     return "\n".join(lines) + "\n"
 
 
+def measure_one(
+    setup: Setup, server: Server, target: Target, connections: int, duration: float
+) -> WrkResult:
+    """One wrk run, with the server's CPU and its database's new connections around it."""
+    database = REFERENCE_DB if target.server == "ref" else OURS_DB
+    before = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
+    cpu_before = process_cpu_seconds(server.process.pid)
+    result = run_wrk(setup.wrk, server.url, target, connections, duration)
+    cpu_after = process_cpu_seconds(server.process.pid)
+    time.sleep(STATS_SETTLE_SECONDS)  # backends report their statistics when idle, late
+    after = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    opened = None if before is None or after is None else after - before
+    return dataclasses.replace(result, server_cpu_seconds=cpu, new_connections=opened)
+
+
 def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> Measurements:
-    wrk, targets, pairs = setup.wrk, setup.targets, setup.pairs
+    targets, pairs = setup.targets, setup.pairs
     print(f"\nwarm-up: {args.warmup:g} s per endpoint at c={args.connections[0]}", flush=True)
     for name, target in targets.items():
         if target.key in pairs and target.server in servers:
-            run_wrk(wrk, servers[target.server].url, target, args.connections[0], args.warmup)
+            run_wrk(setup.wrk, servers[target.server].url, target, args.connections[0], args.warmup)
             print(f"  {name} warm", flush=True)
 
     measurements = Measurements()
@@ -797,22 +951,17 @@ def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
                 for side in sides:
                     name = f"{side}:{pair}"
                     target = targets[name]
-                    before = asyncio.run(database_sessions(setup.admin_dsn))
-                    result = run_wrk(wrk, servers[side].url, target, c, args.duration)
-                    time.sleep(0.5)  # let the statistics collector catch up
-                    after = asyncio.run(database_sessions(setup.admin_dsn))
-                    database = REFERENCE_DB if side == "ref" else OURS_DB
-                    if database in before and database in after:
-                        opened = after[database] - before[database]
-                        result = WrkResult(**{**result.__dict__, "new_connections": opened})
+                    result = measure_one(setup, servers[side], target, c, args.duration)
                     measurements.add(name, c, result)
-                    bad = result.bad(target.expect)
+                    wrong = result.wrong_status(target.expect)
+                    errors = result.socket_errors
                     print(
-                        f"  run {run + 1}/{args.runs} c={c:<3} {target.label:<28} "
-                        f"{result.rps:9,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
-                        f"p99 {result.p99_ms:7.2f} ms  statuses {result.statuses}"
-                        f"{f'  BAD {bad}' if bad else ''}"
-                        f"  new PG connections {result.new_connections}",
+                        f"  run {run + 1}/{args.runs} c={c:<3} {target.label:<30} "
+                        f"{result.rps:7,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
+                        f"p99 {result.p99_ms:7.2f} ms  CPU {number(result.cpu_us())} µs/req  "
+                        f"new PG conns {number(result.sessions())}  {result.statuses}"
+                        f"{f'  WRONG STATUS {wrong}' if wrong else ''}"
+                        f"{f'  socket errors {errors}' if errors else ''}",
                         flush=True,
                     )
     return measurements
@@ -821,73 +970,82 @@ def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
 # --- cProfile of our process under load ---------------------------------------------------------
 
 
-def _category(filename: str) -> str:
-    if filename == "~":
-        return "C builtins (called from Python)"
+def _short_path(filename: str) -> str:
+    """A profiled file as a short path: app/..., <package>/..., stdlib/... or "~" (C)."""
     path = filename.replace("\\", "/")
     if "/site-packages/" in path:
-        package = path.split("/site-packages/", 1)[1].split("/", 1)[0]
-        return package.removesuffix(".py")
-    app_dir = str(PROJECT_ROOT / "app") + "/"
-    if path.startswith(app_dir):
-        return "app/" + path[len(app_dir) :].split("/", 1)[0]
+        return path.split("/site-packages/", 1)[1]
+    root = str(PROJECT_ROOT) + "/"
+    if path.startswith(root):
+        return path[len(root) :]
     if "/lib/python3" in path:
-        return "stdlib: " + path.rsplit("/lib/python3", 1)[1].split("/", 2)[1].removesuffix(".py")
+        return "stdlib/" + path.rsplit("/lib/python3", 1)[1].split("/", 2)[-1]
     return path
 
 
+def _category(filename: str) -> str:
+    """What a profiled function belongs to: a package, a module of app/, the stdlib, or C."""
+    if filename == "~":
+        return "C functions called from Python (str.join, tiktoken, pydantic-core, ...)"
+    path = _short_path(filename)
+    if path.startswith("app/"):
+        return path
+    if path.startswith("stdlib/"):
+        return "stdlib: " + path.removeprefix("stdlib/").split("/", 1)[0].removesuffix(".py")
+    return path.split("/", 1)[0].removesuffix(".py")
+
+
 def summarize_profile(path: Path, requests: int, top: int = 25) -> str:
+    """Where the Python time of the profiled process went, per request.
+
+    cProfile slows Python calls down (a few times for call-heavy code), so read the shares, not
+    the absolute µs. `cumtime` of coroutines is unreliable (every resume counts as a call), so
+    the cumulative table keeps functions of app/ whose cumtime fits in the time per request.
+    """
     stats = pstats.Stats(str(path))
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
     raw = stats.stats  # type: ignore[attr-defined]
-    idle_names = ("run_until_complete", "run_forever", "'select' of", "poll")
     by_category: dict[str, float] = {}
     busy = 0.0
-    idle = 0.0
     rows = []
     for (filename, line, function), (_cc, calls, tottime, cumtime, _callers) in raw.items():
-        if filename == "~" and any(name in function for name in idle_names):
-            idle += tottime  # uvloop's C loop: socket I/O, httptools, epoll wait (idle)
-            continue
         busy += tottime
         category = _category(filename)
         by_category[category] = by_category.get(category, 0.0) + tottime
-        rows.append((tottime, cumtime, calls, f"{_category(filename)}:{line}({function})"))
+        where = function if filename == "~" else f"{_short_path(filename)}:{line} {function}"
+        rows.append((tottime, cumtime, calls, where))
     per_request = 1e6 / max(requests, 1)
     out = [
-        f"profiled {requests:,} requests; Python time {busy:.2f} s "
-        f"({busy * per_request:.0f} µs/request under cProfile), "
-        f"event loop C code + idle {idle:.2f} s",
+        f"{requests:,} requests profiled; Python time {busy:.2f} s, "
+        f"{busy * per_request:,.0f} µs per request under cProfile",
         "",
-        "| where (tottime) | share | µs/request |",
+        "| where (own time) | share | µs/request |",
         "|---|---:|---:|",
     ]
     for category, seconds in sorted(by_category.items(), key=lambda kv: -kv[1])[:15]:
-        out.append(
-            f"| {category} | {seconds / busy:.0%} | {seconds * per_request:.0f} |"
-            if busy
-            else f"| {category} | - | - |"
-        )
+        share = f"{seconds / busy:.0%}" if busy else "-"
+        out.append(f"| {category} | {share} | {seconds * per_request:,.0f} |")
     out += [
         "",
-        "| function | tottime µs/req | cumtime µs/req | calls/req |",
-        "|---|---:|---:|---:|",
+        "| function (own time) | µs/req | calls/req |",
+        "|---|---:|---:|",
     ]
-    for tottime, cumtime, calls, name in sorted(rows, reverse=True)[:top]:
+    for tottime, _cumtime, calls, where in sorted(rows, reverse=True)[:top]:
         out.append(
-            f"| `{name}` | {tottime * per_request:.1f} | {cumtime * per_request:.1f} "
-            f"| {calls / max(requests, 1):.1f} |"
+            f"| `{where}` | {tottime * per_request:,.1f} | {calls / max(requests, 1):,.1f} |"
         )
-    out += ["", "| function (cumulative) | cumtime µs/req |", "|---|---:|"]
-    app_rows = [r for r in rows if r[3].startswith("app/")]
-    for _tottime, cumtime, _calls, name in sorted(app_rows, key=lambda r: -r[1])[:top]:
-        out.append(f"| `{name}` | {cumtime * per_request:.1f} |")
+    out += ["", "| app/ function (cumulative) | µs/req |", "|---|---:|"]
+    app_rows = [r for r in rows if r[3].startswith("app/") and r[1] <= busy / 2]
+    for _tottime, cumtime, _calls, where in sorted(app_rows, key=lambda r: -r[1])[:top]:
+        out.append(f"| `{where}` | {cumtime * per_request:,.1f} |")
     return "\n".join(out) + "\n"
 
 
 def profile_ours(args: argparse.Namespace, setup: Setup) -> str:
     wrk, ours_url, run_dir = setup.wrk, setup.ours_url, RUN_DIR
-    reports = []
+    reports = [
+        f"## cProfile of our service, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {code_version()}\n"
+    ]
     c = args.connections[0]
     for pair in ("context", "turns"):
         target = setup.targets[f"ours:{pair}"]
@@ -904,11 +1062,12 @@ def profile_ours(args: argparse.Namespace, setup: Setup) -> str:
         if not stats_path.exists():
             raise BenchError(f"no profile written:\n{server.log_tail()}")
         server_requests = warm.requests + result.requests  # the profile covers the warm-up too
-        bad = result.bad(target.expect)
+        wrong = result.wrong_status(target.expect)
+        if wrong:
+            raise BenchError(f"{wrong} answers of {target.label} were not {set(target.expect)}")
         reports.append(
             f"### {target.label}, c={c}, {args.duration:g} s under cProfile "
-            f"({result.rps:,.0f} req/s profiled; statuses {result.statuses}"
-            f"{f', BAD {bad}' if bad else ''})\n\n"
+            f"({result.rps:,.0f} req/s while profiled; statuses {result.statuses})\n\n"
             + summarize_profile(stats_path, server_requests, top=args.profile_top)
         )
     return "\n".join(reports)
@@ -951,7 +1110,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     unknown_variants = set(args.variants) - set(VARIANTS)
     if unknown_variants:
-        parser.error(f"--variants: unknown {sorted(unknown_variants)}; choose from {list(VARIANTS)}")
+        parser.error(
+            f"--variants: unknown {sorted(unknown_variants)}; choose from {list(VARIANTS)}"
+        )
     unknown = set(args.only) - set(PAIR_TITLES)
     if unknown:
         parser.error(f"--only: unknown {sorted(unknown)}; choose from {sorted(PAIR_TITLES)}")
@@ -1019,10 +1180,14 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
 
 def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> int:
     """Start the servers (into `servers`, which the caller stops), check, measure, report."""
+    version = code_version()  # what the servers are about to import
     servers["ref"] = start_reference(setup.reference_dsn, RUN_DIR)
     for variant in setup.variants:
         servers[variant] = start_ours(variant, setup.ours_url, RUN_DIR)
-    print("servers: " + ", ".join(f"{n} {s.url}" for n, s in servers.items()), flush=True)
+    print(
+        "servers: " + ", ".join(f"{n} {s.url}" for n, s in servers.items()) + f"; {version}",
+        flush=True,
+    )
     problems = preflight(servers, setup.targets, setup.profile_tokens)
     if problems:
         raise BenchError("pre-flight check failed:\n  " + "\n  ".join(problems))
@@ -1030,8 +1195,8 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
 
     measurements = measure(args, setup, servers)
     report = [
-        f"\n## Results {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: medians of {args.runs} runs "
-        f"of {args.duration:g} s, wrk -t1, {args.users:,} users\n",
+        f"\n## Results {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {version}: medians of "
+        f"{args.runs} runs of {args.duration:g} s, wrk -t1, {args.users:,} users\n",
         render_table(measurements, setup, args.connections),
     ]
     if len(setup.variants) > 1:
@@ -1042,13 +1207,15 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
     text_report = "\n".join(report)
     print(text_report)
     (RUN_DIR / "last_run.md").write_text(text_report)
-    total_bad = sum(
-        measurements.bad(name, c, target.expect)
+    (RUN_DIR / "last_run.json").write_text(json.dumps(measurements.to_json(), indent=1))
+    print(f"(also in {RUN_DIR / 'last_run.md'}; every run in {RUN_DIR / 'last_run.json'})")
+    wrong = sum(
+        measurements.wrong_status(name, c, target.expect)
         for name, target in setup.targets.items()
         for c in args.connections
     )
-    if total_bad:
-        print(f"{total_bad} answers were not the expected status: see the runs above")
+    if wrong:
+        print(f"{wrong} answers were not the expected status: those figures are not valid")
         return 1
     return 0
 
@@ -1079,15 +1246,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = compare(args, setup, servers)
     except BenchError as error:
         print(f"bench: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        status = 130
     finally:
         for server in servers.values():
             stop_server(server)
-        if status != 0:
+        if status not in (0, 130):
             for server in servers.values():
                 print(f"--- {server.name} log ({server.log_path}):\n{server.log_tail()}")
         if not args.keep:
-            asyncio.run(drop_databases(admin_dsn, [OURS_DB, REFERENCE_DB]))
-            print(f"dropped {OURS_DB} and {REFERENCE_DB}")
+            try:
+                asyncio.run(drop_databases(admin_dsn, [OURS_DB, REFERENCE_DB]))
+                print(f"dropped {OURS_DB} and {REFERENCE_DB}")
+            except (OSError, asyncpg.PostgresError) as error:
+                print(f"bench: could not drop {OURS_DB}, {REFERENCE_DB}: {error}", file=sys.stderr)
         print(f"wall time {time.monotonic() - started:.0f} s")
     return status
 
