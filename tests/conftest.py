@@ -21,6 +21,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.auth import issue_token
 from app.config import PROJECT_ROOT, Settings, to_asyncpg_url
@@ -28,7 +29,10 @@ from app.db import run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.main import create_app
 from app.models import metadata
-from tests.llm_stub import llm_stub_fixture  # noqa: F401 - the `llm_stub` fixture
+from tests.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_model` fixtures
+    chat_model_fixture,
+    llm_stub_fixture,
+)
 
 TEST_JWT_SECRET = "test-secret-" + "x" * 32
 
@@ -117,6 +121,19 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     url: str = request.getfixturevalue("database_url")
     tables = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
     await admin_execute(url, f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture
+def engine(app: FastAPI) -> AsyncEngine:
+    """The app's engine, for tests that work below HTTP (queue, repositories)."""
+    engine: AsyncEngine = app.state.database.engine
+    return engine
+
+
+@pytest.fixture
+def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
+    return maker
 
 
 @pytest.fixture

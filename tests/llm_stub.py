@@ -34,6 +34,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from app.llm import OpenAIChatModel
+
 # --- the script ----------------------------------------------------------------------------
 
 
@@ -329,3 +331,12 @@ async def llm_stub_fixture() -> AsyncIterator[StubLLMServer]:
     name keeps test parameters from shadowing the import)."""
     async with StubLLMServer() as stub:
         yield stub
+
+
+@pytest.fixture(name="chat_model")
+async def chat_model_fixture(llm_stub: StubLLMServer) -> AsyncIterator[OpenAIChatModel]:
+    """Fixture `chat_model`: the real `OpenAIChatModel` talking to the `llm_stub` server."""
+    async with OpenAIChatModel(
+        api_key=None, base_url=llm_stub.base_url, timeout_seconds=5.0
+    ) as model:
+        yield model

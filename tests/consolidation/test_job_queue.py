@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -32,18 +31,6 @@ from app.errors import Conflict, NotFound
 
 LEASE = 60
 COMPANY = "acme"
-
-
-@pytest.fixture
-def engine(app: FastAPI) -> AsyncEngine:
-    engine: AsyncEngine = app.state.database.engine
-    return engine
-
-
-@pytest.fixture
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
 
 
 async def enqueue(

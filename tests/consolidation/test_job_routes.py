@@ -7,7 +7,6 @@ import uuid
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.consolidation.queue import (
@@ -20,18 +19,6 @@ from app.consolidation.queue import (
 from tests.conftest import AuthFactory
 
 OPERATOR = ("operator",)
-
-
-@pytest.fixture
-def engine(app: FastAPI) -> AsyncEngine:
-    engine: AsyncEngine = app.state.database.engine
-    return engine
-
-
-@pytest.fixture
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
 
 
 async def enqueue(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -55,14 +54,6 @@ TURN = "I moved to the platform team, I'm a platform engineer now and I picked u
 
 def ops(*operations: dict[str, str]) -> str:
     return json.dumps({"decision": "UPDATE", "operations": list(operations)})
-
-
-@pytest.fixture
-async def chat_model(llm_stub: StubLLMServer) -> AsyncIterator[OpenAIChatModel]:
-    async with OpenAIChatModel(
-        api_key=None, base_url=llm_stub.base_url, timeout_seconds=5.0
-    ) as model:
-        yield model
 
 
 @pytest.fixture

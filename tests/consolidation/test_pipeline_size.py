@@ -3,7 +3,6 @@ to about 90% of it, or, with no model or a failed condensation, truncated by who
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -71,14 +70,6 @@ CONDENSED = """# User Memory
 ## Open Questions / Follow-ups
 - Wants a reminder about the quarterly report.
 """
-
-
-@pytest.fixture
-async def chat_model(llm_stub: StubLLMServer) -> AsyncIterator[OpenAIChatModel]:
-    async with OpenAIChatModel(
-        api_key=None, base_url=llm_stub.base_url, timeout_seconds=5.0
-    ) as model:
-        yield model
 
 
 @pytest.fixture
