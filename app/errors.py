@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import orjson
@@ -142,6 +142,30 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
 _HTTP_TITLES = {404: ("Not found", "not-found"), 405: ("Method not allowed", "method-not-allowed")}
 
 
+def render_unexpected_error(
+    exc: BaseException, *, retry_after_seconds: int, on_unavailable: Callable[[], None]
+) -> Response:
+    """The last resort (called by the request middleware, so the request id header and the
+    metrics cover it): 503 + Retry-After when the database is unreachable, else an opaque 500."""
+    if is_database_unavailable(exc):
+        on_unavailable()
+        logger.warning("database unavailable: %s", type(exc).__name__)
+        return problem_response(
+            503,
+            "Service unavailable",
+            "The database is unavailable; retry later.",
+            slug="unavailable",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+    logger.error("unhandled error", exc_info=exc)
+    return problem_response(
+        500,
+        "Internal server error",
+        "An unexpected error occurred; quote the request id when reporting it.",
+        slug="internal",
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def domain_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, DomainError)
@@ -174,26 +198,6 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.status_code, title, detail, slug=slug, headers=dict(exc.headers or {})
         )
 
-    async def unexpected_error(_: Request, exc: Exception) -> Response:
-        if is_database_unavailable(exc):
-            logger.warning("database unavailable: %s", type(exc).__name__)
-            retry_after = str(getattr(app.state, "retry_after_seconds", 5))
-            return problem_response(
-                503,
-                "Service unavailable",
-                "The database is unavailable; retry later.",
-                slug="unavailable",
-                headers={"Retry-After": retry_after},
-            )
-        logger.exception("unhandled error", exc_info=exc)
-        return problem_response(
-            500,
-            "Internal server error",
-            "An unexpected error occurred; quote the request id when reporting it.",
-            slug="internal",
-        )
-
     app.add_exception_handler(DomainError, domain_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected_error)

@@ -4,7 +4,6 @@ routers."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,17 +17,15 @@ from app.consolidation import jobs_router
 from app.consolidation import router as consolidation_router
 from app.consolidation.runner import BackgroundWorker
 from app.conversations import router as conversations_router
-from app.db import create_database, head_revision, is_database_unavailable, run_migrations
+from app.db import create_database, head_revision, run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
-from app.errors import install_error_handlers, problem_response
+from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
 from app.turns import router as turns_router
-
-logger = logging.getLogger("app.main")
 
 API_DESCRIPTION = """
 Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
@@ -75,27 +72,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.token_verifier = TokenVerifier(settings)
     app.state.head_revision = head_revision()
-    app.state.retry_after_seconds = settings.db_unavailable_retry_after_seconds
 
     install_error_handlers(app)
 
     async def render_unexpected(exc: BaseException) -> Response:
-        if is_database_unavailable(exc):
-            metrics.database_unavailable.inc()
-            logger.warning("database unavailable: %s", type(exc).__name__)
-            return problem_response(
-                503,
-                "Service unavailable",
-                "The database is unavailable; retry later.",
-                slug="unavailable",
-                headers={"Retry-After": str(settings.db_unavailable_retry_after_seconds)},
-            )
-        logger.error("unhandled error", exc_info=exc)
-        return problem_response(
-            500,
-            "Internal server error",
-            "An unexpected error occurred; quote the request id when reporting it.",
-            slug="internal",
+        return render_unexpected_error(
+            exc,
+            retry_after_seconds=settings.db_unavailable_retry_after_seconds,
+            on_unavailable=metrics.database_unavailable.inc,
         )
 
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)

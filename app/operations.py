@@ -37,18 +37,19 @@ async def healthz() -> Health:
 async def readyz(request: Request) -> Readiness:
     db: Database = request.app.state.database
     expected: str | None = request.app.state.head_revision
+    retry_after = {
+        "Retry-After": str(request.app.state.settings.db_unavailable_retry_after_seconds)
+    }
     try:
         _, revision = await database_is_ready(db)
     except Exception as exc:
         if is_database_unavailable(exc):
-            raise ServiceUnavailable(
-                "The database is unreachable.", headers={"Retry-After": "5"}
-            ) from exc
+            raise ServiceUnavailable("The database is unreachable.", headers=retry_after) from exc
         raise
     if revision != expected:
         raise ServiceUnavailable(
             f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",
-            headers={"Retry-After": "5"},
+            headers=retry_after,
         )
     return Readiness(status="ready", database="ok", migration=revision, expected_migration=expected)
 

@@ -87,12 +87,7 @@ class FeatureFlagOut(BaseModel):
 
     @classmethod
     def of(cls, flag: FeatureFlag) -> FeatureFlagOut:
-        return cls(
-            flag=flag.flag,
-            enabled=flag.enabled,
-            updated_at=flag.updated_at,
-            updated_by=flag.updated_by,
-        )
+        return cls.model_validate(flag, from_attributes=True)
 
 
 class FeatureFlagsOut(BaseModel):
@@ -137,11 +132,7 @@ class UserMemoryConfigOut(BaseModel):
 
     @classmethod
     def of(cls, config: UserMemoryConfig) -> UserMemoryConfigOut:
-        return cls(
-            use_orchestrator_language_model=config.use_orchestrator_language_model,
-            language_model=config.language_model,
-            max_tokens=config.max_tokens,
-        )
+        return cls.model_validate(config, from_attributes=True)
 
 
 class UserMemoryPatch(_Patch):
@@ -253,16 +244,7 @@ class AuditEventOut(BaseModel):
 
     @classmethod
     def of(cls, record: AuditRecord) -> AuditEventOut:
-        return cls(
-            id=record.id,
-            occurred_at=record.occurred_at,
-            actor_id=record.actor_id,
-            action=record.action,
-            target_kind=record.target_kind,
-            target_id=record.target_id,
-            old=record.old,
-            new=record.new,
-        )
+        return cls.model_validate(record, from_attributes=True)
 
     @classmethod
     def page(cls, records: Page[AuditRecord]) -> Page[AuditEventOut]:

@@ -14,11 +14,7 @@ class AclEntryOut(BaseModel):
 
     @classmethod
     def of(cls, entry: AclEntry) -> AclEntryOut:
-        return cls(
-            principal_kind=entry.principal_kind,
-            principal_id=entry.principal_id,
-            permission=entry.permission,
-        )
+        return cls.model_validate(entry, from_attributes=True)
 
 
 class FolderOut(BaseModel):
