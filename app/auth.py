@@ -2,11 +2,15 @@
 
 Identity comes only from a verified token. Every decode pins the algorithm allowlist and
 requires `exp`, `aud`, `iss`, `sub` and `company_id`; any failure is the same opaque 401.
+A verified token is remembered until its `exp` (bounded LRU), so the orchestrator's two calls
+per turn do not verify the same signature again; a token that failed is never remembered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -26,7 +30,7 @@ _MAX_ID_LENGTH = 256  # user ids: the width of the user_id columns
 _MAX_COMPANY_ID_LENGTH = 128  # the width of the company_id columns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who the verified token says the caller is."""
 
@@ -39,7 +43,17 @@ class Principal:
 
 
 class TokenVerifier:
-    def __init__(self, settings: Settings) -> None:
+    """Token -> Principal, with the verified tokens of the last `JWT_CACHE_SIZE` callers kept
+    until their `exp`.
+
+    The cache is keyed by the SHA-256 of the token's exact bytes: a token that differs in any
+    byte (another signature, another claim) is verified from scratch. Entries end at `exp`
+    (the leeway is not extended to cached tokens) and the least recently used one is dropped
+    when the cache is full. Settings (keys, audience, issuer) are fixed for the life of the
+    verifier, so a cached answer is the answer `jwt.decode` would give again.
+    """
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self._algorithms = list(settings.jwt_algorithms)
         self._audience = settings.jwt_audience
         self._issuer = settings.jwt_issuer
@@ -49,10 +63,33 @@ class TokenVerifier:
         self._public_key = (
             settings.jwt_public_key.get_secret_value() if settings.jwt_public_key else None
         )
+        self._clock = clock
+        self._cache_size = settings.jwt_cache_size
+        self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
 
     def verify(self, token: str) -> Principal:
         """Return the principal of a valid token; raise `Unauthorized` for anything else."""
-        if len(token.encode()) > self._max_bytes or token.count(".") != 2:
+        raw = token.encode()
+        if len(raw) > self._max_bytes:
+            raise Unauthorized
+        key = hashlib.sha256(raw).digest()
+        cached = self._cache.get(key)
+        if cached is not None:
+            principal, expires_at = cached
+            if self._clock() < expires_at:
+                self._cache.move_to_end(key)
+                return principal
+            del self._cache[key]
+        principal, expires_at = self._decode(token)
+        if self._cache_size and self._clock() < expires_at:
+            self._cache[key] = (principal, expires_at)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return principal
+
+    def _decode(self, token: str) -> tuple[Principal, float]:
+        """Verify the signature and the claims: (principal, exp)."""
+        if token.count(".") != 2:
             raise Unauthorized  # oversized, or not a JWS compact token (a JWE has 5 segments)
         try:
             header = jwt.get_unverified_header(token)
@@ -79,7 +116,7 @@ class TokenVerifier:
             )
         except (JOSEError, ValueError, TypeError, KeyError) as exc:
             raise Unauthorized from exc
-        return _principal_from_claims(claims)
+        return _principal_from_claims(claims), float(claims["exp"])
 
 
 def _principal_from_claims(claims: dict[str, Any]) -> Principal:
@@ -91,7 +128,12 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
         raise Unauthorized
-    return Principal(user_id=sub, company_id=company, roles=frozenset(roles) & KNOWN_ROLES)
+    known = frozenset(roles) & KNOWN_ROLES
+    return Principal(user_id=sub, company_id=company, roles=_ROLE_SETS.setdefault(known, known))
+
+
+# the few distinct role sets, shared by every cached principal
+_ROLE_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
 def _is_identifier(value: object, max_length: int = _MAX_ID_LENGTH) -> bool:
@@ -148,13 +190,18 @@ def _bearer_token(request: Request) -> str:
 _bearer_scheme = HTTPBearer(auto_error=False, description="JWT issued by your identity provider")
 
 
+def principal_of(request: Request) -> Principal:
+    """The verified caller of `request` (401 for a missing, malformed or invalid token)."""
+    verifier: TokenVerifier = request.app.state.token_verifier
+    return verifier.verify(_bearer_token(request))
+
+
 async def current_principal(
     request: Request,
     _documented: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
 ) -> Principal:
     """The verified caller. The header is parsed here, strictly; HTTPBearer only documents it."""
-    verifier: TokenVerifier = request.app.state.token_verifier
-    return verifier.verify(_bearer_token(request))
+    return principal_of(request)
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]

@@ -30,11 +30,23 @@ class Settings(BaseSettings):
     # --- runtime -----------------------------------------------------------------------------
     environment: Environment = "development"
     log_level: str = "INFO"  # contract: LOG_LEVEL
+    api_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "API processes of `serve` sharing its port (`serve --workers` overrides it). Each "
+            "has its own database connections and, with WORKER_ENABLED, its own in-process "
+            "consolidation worker."
+        ),
+    )
 
     # --- database ----------------------------------------------------------------------------
     database_url: str | None = None  # contract: DATABASE_URL (unset -> embedded PostgreSQL)
     embedded_pg_dir: Path = PROJECT_ROOT / "var" / "pg"  # contract: EMBEDDED_PG_DIR
     db_pool_size: int = Field(default=20, ge=1, le=200)
+    # asyncpg connections of the two calls of every chat turn, opened on demand (app/db.py)
+    db_hot_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     # Off: a pre-ping costs round trips on every checkout of the hot path; after a database
     # restart the first request on a stale connection answers 503 and the pool is recycled.
@@ -52,6 +64,8 @@ class Settings(BaseSettings):
     jwt_private_key: SecretStr | None = None  # only for `token` with RS256/ES256 in development
     jwt_max_token_bytes: int = Field(default=8192, ge=256)
     jwt_leeway_seconds: int = Field(default=0, ge=0, le=300)
+    # verified tokens remembered until their exp (~300 bytes each); 0 verifies every request
+    jwt_cache_size: int = Field(default=100_000, ge=0)
 
     # --- HTTP limits -------------------------------------------------------------------------
     max_body_bytes: int = Field(default=1_048_576, ge=1024)

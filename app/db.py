@@ -2,13 +2,16 @@
 
 A request gets one transaction from `SessionDep`; it is committed after the route returns and
 *before* the response is sent (`Depends(scope="function")`), so a failed commit can never reach
-the client as a 2xx.
+the client as a 2xx. The two calls of every chat turn skip the session machinery: they run
+prepared statements on a driver connection (`DriverPool`), see `app/turns/`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -44,31 +47,113 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: DateTime(timezone=True)}
 
 
+class DriverPool:
+    """asyncpg connections for the hot path: no session, no ORM, statements prepared once per
+    connection (asyncpg's statement cache) and run with positional arguments.
+
+    Created empty; connections are opened on first use, up to `DB_HOT_POOL_SIZE`, with the
+    engine's connect arguments (same server, timeouts and `application_name`). A connection
+    that broke (database restarted) is discarded by asyncpg when it is released, so the
+    failure is one 503 and the next request reconnects.
+    """
+
+    def __init__(self, connect_kwargs: Mapping[str, object], *, max_size: int, timeout: float):
+        self._connect_kwargs = dict(connect_kwargs)
+        self._max_size = max_size
+        self._timeout = timeout
+        self._pool: asyncpg.Pool | None = None
+        self._opening = asyncio.Lock()
+        self._query_loggers: list[Callable[[Any], object]] = []
+
+    async def _opened(self) -> asyncpg.Pool:
+        if self._pool is None:
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await asyncpg.create_pool(
+                        min_size=0, max_size=self._max_size, **self._connect_kwargs
+                    )
+        return self._pool
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        pool = self._pool or await self._opened()
+        async with pool.acquire(timeout=self._timeout) as conn:
+            if not self._query_loggers:
+                yield conn
+                return
+            loggers = list(self._query_loggers)
+            for logger in loggers:
+                conn.add_query_logger(logger)
+            try:
+                yield conn
+            finally:
+                for logger in loggers:
+                    conn.remove_query_logger(logger)
+
+    def add_query_logger(self, logger: Callable[[Any], object]) -> None:
+        """Call `logger` with asyncpg's `LoggedQuery` for every statement (BEGIN and COMMIT
+        included) of the connections handed out from now on, until removed."""
+        self._query_loggers.append(logger)
+
+    def remove_query_logger(self, logger: Callable[[Any], object]) -> None:
+        self._query_loggers.remove(logger)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
 @dataclass(frozen=True)
 class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
+    driver: DriverPool
 
     async def dispose(self) -> None:
+        await self.driver.close()
         await self.engine.dispose()
 
 
 def create_database(url: str, settings: Settings) -> Database:
+    connect_args: dict[str, object] = {
+        "timeout": settings.db_connect_timeout_seconds,
+        "server_settings": {
+            "application_name": "context-memory",
+            "statement_timeout": str(settings.db_statement_timeout_ms),
+        },
+    }
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_timeout=settings.db_connect_timeout_seconds,
-        connect_args={
-            "timeout": settings.db_connect_timeout_seconds,
-            "server_settings": {
-                "application_name": "context-memory",
-                "statement_timeout": str(settings.db_statement_timeout_ms),
-            },
-        },
+        connect_args=connect_args,
     )
-    return Database(engine, async_sessionmaker(engine, expire_on_commit=False))
+    # the dialect turns the URL (host, port, socket directory, credentials) into asyncpg's
+    # keyword arguments: both pools reach the same server the same way
+    _, url_kwargs = engine.dialect.create_connect_args(engine.url)
+    driver = DriverPool(
+        {**url_kwargs, **connect_args},
+        max_size=settings.db_hot_pool_size,
+        timeout=settings.db_connect_timeout_seconds,
+    )
+    return Database(engine, async_sessionmaker(engine, expire_on_commit=False), driver)
+
+
+def positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its `:name` parameters turned into asyncpg's `$1, $2, ...`, and the names in
+    argument order (a name used twice is one argument). Casts (`::int`) are left alone."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", number, sql), tuple(names)
 
 
 def database(request: Request) -> Database:

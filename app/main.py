@@ -85,6 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
 
+    # the two calls of every chat turn first: routes are tried in order
+    app.include_router(turns_router.router)
     app.include_router(operations.router)
     app.include_router(auth.router)
     app.include_router(enablement_router.router)
@@ -92,6 +94,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(profiles_router.router)
     app.include_router(jobs_router.router)
     app.include_router(consolidation_router.router)
-    app.include_router(turns_router.router)
     app.include_router(conversations_router.router)
     return app

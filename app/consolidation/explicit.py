@@ -21,8 +21,6 @@ from app.consolidation.jobs import JobRow
 from app.conversations.modes import HistoryMode
 from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
-from app.errors import Conflict
-from app.tokens import TokenCounter
 from app.turns.save import save_turn
 from app.turns.schemas import TurnRequest
 
@@ -45,7 +43,6 @@ async def request_consolidation(
     body: ConsolidationRequest,
     *,
     settings: Settings,
-    counter: TokenCounter,
 ) -> uuid.UUID:
     """Store the exchange and queue its consolidation, committed before returning the job id.
 
@@ -57,20 +54,16 @@ async def request_consolidation(
         messages=[MessageIn(role="user", content=body.user)],
         response=ResponseIn(content=body.assistant),
     )
-    async with database.sessionmaker() as session, session.begin():
-        outcome = await save_turn(
-            session,
-            principal,
-            RESERVED_CHAT_ID,
-            turn,
-            idempotency_key=None,
-            settings=settings,
-            counter=counter,
-        )
-        consolidation = orjson.loads(outcome.body)["consolidation"]
-        if consolidation["job_id"] is None:  # raising here rolls the saved exchange back
-            raise Conflict(f"Nothing was queued: {consolidation['reason']}")
-    return uuid.UUID(consolidation["job_id"])
+    outcome = await save_turn(
+        database,
+        principal,
+        RESERVED_CHAT_ID,
+        turn,
+        idempotency_key=None,
+        settings=settings,
+        refuse_skipped=True,  # not enabled: 409 with the reason, nothing written
+    )
+    return uuid.UUID(orjson.loads(outcome.body)["consolidation"]["job_id"])
 
 
 async def wait_for_job(

@@ -11,10 +11,8 @@ from app.config import Settings
 from app.consolidation.explicit import ConsolidationRequest, request_consolidation, wait_for_job
 from app.consolidation.schemas import JobView
 from app.db import Database
-from app.tokens import TokenCounter
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
-_COUNTER = TokenCounter()
 
 
 @router.post(
@@ -42,9 +40,7 @@ async def consolidate_exchange(
     answers 202 with the job still pending (poll `GET /v1/jobs/{job_id}`)."""
     database: Database = request.app.state.database
     settings: Settings = request.app.state.settings
-    job_id = await request_consolidation(
-        database, principal, body, settings=settings, counter=_COUNTER
-    )
+    job_id = await request_consolidation(database, principal, body, settings=settings)
     job = await wait_for_job(database, principal, job_id, wait_seconds if wait else 0)
     if job.status in ("succeeded", "dead"):
         response.status_code = status.HTTP_200_OK

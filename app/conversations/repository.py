@@ -1,24 +1,28 @@
 """The history store: a turn and its messages written in one statement, read back page by page,
 deleted per chat. Every statement filters by (company_id, user_id): two users' chats with the
-same id never meet. SQL only; flushes, never commits.
+same id never meet. SQL only; never commits.
 
-Plain `text()` statements built once at import: the turn-save is on the orchestrator's hot path,
-so no ORM objects are loaded and no SQL is compiled per request.
+The turn-save and the history read are on the orchestrator's hot path: they run on a driver
+connection (asyncpg) with statements built once at import and prepared once per connection; no
+ORM objects, no per-request compilation. The rest uses the request's session.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+import asyncpg
 import orjson
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.consolidation.queue import JobKind, JobPayload
-from app.conversations.modes import MessageSource, Role
+from app.conversations.modes import Message, MessageSource, Role
+from app.db import positional
 from app.errors import Conflict
 
 
@@ -124,13 +128,12 @@ _IDEMPOTENCY = """, idempotency AS (
 )"""
 
 
-def _save_turn_statement(with_job: bool, with_record: bool) -> TextClause:
+def _save_turn_statement(with_job: bool, with_record: bool) -> tuple[str, tuple[str, ...]]:
     stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
     # constant fragments of this module, never user input
     parts = [_TURN_AND_MESSAGES, _JOB if with_job else "", _IDEMPOTENCY if with_record else ""]
     parts.append(f"\nSELECT (SELECT count(*) FROM message) AS saved, {stored} AS stored")  # noqa: S608
-    sql = "".join(parts)
-    return text(sql)
+    return positional("".join(parts))
 
 
 _SAVE_TURN = {
@@ -141,7 +144,7 @@ _SAVE_TURN = {
 
 
 async def save_turn(
-    session: AsyncSession,
+    conn: asyncpg.Connection,
     turn: NewTurn,
     messages: Sequence[NewMessage],
     *,
@@ -149,7 +152,8 @@ async def save_turn(
     record: NewIdempotencyRecord | None = None,
 ) -> int:
     """Write the turn, its messages (in order) and optionally its job and idempotency record,
-    in ONE statement; returns how many messages were saved.
+    in ONE statement (atomic on its own, or part of the caller's transaction); returns how many
+    messages were saved.
 
     Ordering contract: the statement first takes a transaction-level advisory lock on the chat,
     held until commit, so turn-saves of one chat are serialised. Message ids therefore follow
@@ -185,12 +189,49 @@ async def save_turn(
             "response_body": record.response_body,
             "ttl_hours": record.ttl_hours,
         }
-    statement = _SAVE_TURN[(job is not None, record is not None)]
-    row = (await session.execute(statement, params)).one()
-    if record is not None and row.stored != 1:
+    sql, names = _SAVE_TURN[(job is not None, record is not None)]
+    row = await conn.fetchrow(sql, *[params[name] for name in names])
+    if record is not None and row["stored"] != 1:
         # a live record appeared although we hold its lock: never save the turn twice
         raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
-    return int(row.saved)
+    return int(row["saved"])
+
+
+# --- the newest history as a fragment of the orchestrator's one-statement read (app/turns) -------
+
+HISTORY_COLUMNS = """
+    h.roles AS history_roles, h.contents AS history_contents, h.tokens AS history_tokens"""
+
+# The newest :history_limit messages of (:company_id, :user_id, :chat_id), oldest first.
+HISTORY_JOIN = """
+LEFT JOIN LATERAL (
+    SELECT array_agg(m.role ORDER BY m.id) AS roles, array_agg(m.content ORDER BY m.id) AS contents,
+           array_agg(m.tokens ORDER BY m.id) AS tokens
+    FROM (
+        SELECT id, role, content, tokens FROM chat_messages
+        WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id
+        ORDER BY id DESC LIMIT :history_limit
+    ) m
+) h ON true"""
+
+
+@dataclass(frozen=True)
+class StoredHistory:
+    """The newest stored messages, oldest first, with the token counts stored at save time."""
+
+    messages: tuple[Message, ...]
+    tokens: dict[str, int]  # content -> tokens (the same content always counts the same)
+
+
+def stored_history_of(row: Mapping[str, Any]) -> StoredHistory:
+    """The `HISTORY_COLUMNS` of a row (a chat without messages is an empty history)."""
+    contents: list[str] = row["history_contents"] or []
+    tokens: list[int] = row["history_tokens"] or []
+    roles: list[str] = row["history_roles"] or []
+    return StoredHistory(
+        tuple(Message(Role(r), c) for r, c in zip(roles, contents, strict=True)),
+        dict(zip(contents, tokens, strict=True)),
+    )
 
 
 _LIST_MESSAGES = text("""

@@ -4,8 +4,10 @@ of a user's memory on opt-out (flushes, never commits).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -278,6 +280,57 @@ async def select_enablement_inputs(
             updated_by=row.updated_by,
         )
     user = None if row.user_context_memory is None else UserState(row.user_context_memory)
+    return EnablementInputs(flags, space, user)
+
+
+# --- the same inputs as fragments of the orchestrator's one-statement reads (app/turns) ---------
+
+# Columns and joins over `FROM (SELECT 1) AS one`, with the parameters of `enablement_params`.
+ENABLEMENT_COLUMNS = """
+    (SELECT f.enabled FROM company_feature_flags f
+     WHERE f.company_id = :company_id AND f.flag = :flag_context_memory) AS flag_context_memory,
+    (SELECT f.enabled FROM company_feature_flags f
+     WHERE f.company_id = :company_id AND f.flag = :flag_allow) AS flag_allow,
+    s.space_id IS NOT NULL AS space_saved, s.context_memory AS space_context_memory,
+    s.web_search, s.use_orchestrator_language_model, s.language_model, s.max_tokens,
+    u.context_memory AS user_context_memory"""
+
+ENABLEMENT_JOINS = """
+LEFT JOIN space_settings s ON s.company_id = :company_id AND s.space_id = :space_id
+LEFT JOIN user_settings u ON u.company_id = :company_id AND u.user_id = :user_id"""
+
+
+def enablement_params(company_id: str, user_id: str, space_id: str) -> dict[str, object]:
+    return {
+        "company_id": company_id,
+        "user_id": user_id,
+        "space_id": space_id,
+        "flag_context_memory": FLAG_CONTEXT_MEMORY,
+        "flag_allow": FLAG_ALLOW_WITH_WEB_SEARCH,
+    }
+
+
+def enablement_inputs_of(row: Mapping[str, Any]) -> EnablementInputs:
+    """The `ENABLEMENT_COLUMNS` of a row as the decision's inputs."""
+    flags = CompanyFlags(
+        context_memory=bool(row["flag_context_memory"]),
+        allow_with_web_search=bool(row["flag_allow"]),
+    )
+    space = SpaceRecord()
+    if row["space_saved"]:
+        config = UserMemoryConfig(
+            bool(row["use_orchestrator_language_model"]),
+            str(row["language_model"]),
+            int(row["max_tokens"]),
+        )
+        space = SpaceRecord(
+            context_memory=row["space_context_memory"],
+            web_search=bool(row["web_search"]),
+            user_memory=config,
+            saved=True,
+        )
+    user_setting = row["user_context_memory"]
+    user = None if user_setting is None else UserState(bool(user_setting))
     return EnablementInputs(flags, space, user)
 
 

@@ -6,8 +6,9 @@ Reads return `acl.FolderNode` chains so that the access check runs on what is st
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import and_, delete, literal, select
 from sqlalchemy.dialects.postgresql import insert
@@ -179,3 +180,61 @@ async def insert_memory_file(
         .on_conflict_do_nothing(index_elements=[MemoryFile.company_id, MemoryFile.user_id])
     )
     await session.execute(statement)
+
+
+# --- a folder and its parent as a fragment of the orchestrator's one-statement read (app/turns) ---
+
+
+def _acl_lateral(folder: str, alias: str) -> str:
+    # `folder` and `alias` are constants of this module, never user input
+    return f"""
+LEFT JOIN LATERAL (
+    SELECT array_agg(a.principal_kind) AS kinds, array_agg(a.principal_id) AS principals,
+           array_agg(a.permission) AS permissions
+    FROM folder_acl a WHERE a.company_id = {folder}.company_id AND a.folder_id = {folder}.id
+) {alias} ON true"""  # noqa: S608
+
+
+FOLDER_COLUMNS = """
+    fo.path AS folder_path, fo.inherit_access AS folder_inherit,
+    fa.kinds AS folder_kinds, fa.principals AS folder_principals,
+    fa.permissions AS folder_permissions,
+    pf.path AS parent_path, pf.inherit_access AS parent_inherit,
+    pa.kinds AS parent_kinds, pa.principals AS parent_principals,
+    pa.permissions AS parent_permissions"""
+
+
+def folder_joins(folder_id: str) -> str:
+    """Joins the folder whose id is the SQL expression `folder_id` (a column of an earlier
+    join, never user input) in :company_id, its parent, and both ACLs, for `FOLDER_COLUMNS`."""
+    return f"""
+LEFT JOIN folders fo ON fo.company_id = :company_id AND fo.id = {folder_id}
+LEFT JOIN folders pf ON pf.company_id = fo.company_id AND pf.id = fo.parent_id
+{_acl_lateral("fo", "fa")}
+{_acl_lateral("pf", "pa")}"""
+
+
+def folder_node_of(row: Mapping[str, Any]) -> FolderNode | None:
+    """The `FOLDER_COLUMNS` of a row as the node the access check reads (None: no folder).
+
+    The tree is two levels deep; a grandparent's entries are never read (under-grants).
+    """
+    if row["folder_path"] is None:
+        return None
+    parent = None
+    if row["parent_path"] is not None:
+        parent = FolderNode(
+            row["parent_path"], row["parent_inherit"], _entries_of(row, "parent"), parent=None
+        )
+    return FolderNode(row["folder_path"], row["folder_inherit"], _entries_of(row, "folder"), parent)
+
+
+def _entries_of(row: Mapping[str, Any], prefix: str) -> tuple[AclEntry, ...]:
+    kinds = row[f"{prefix}_kinds"] or []
+    principals = row[f"{prefix}_principals"] or []
+    permissions = row[f"{prefix}_permissions"] or []
+    return tuple(
+        AclEntry("user" if kind == "user" else "group", principal, Permission(permission))
+        for kind, principal, permission in zip(kinds, principals, permissions, strict=True)
+        if kind is not None
+    )

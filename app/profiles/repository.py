@@ -7,7 +7,7 @@ Flushes (executes), never commits: the caller owns the transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -386,3 +386,34 @@ async def select_audit_events(
     return await _select_records(
         session, AuditRecord, AuditEvent, *about_user, order_by=(AuditEvent.id,)
     )
+
+
+# --- the head profile as a fragment of the orchestrator's one-statement read (app/turns) ---------
+
+# Joins `memory_files mf` and its head version `v` for (:company_id, :user_id); `mf.folder_id`
+# is the folder holding the profile, for `folders.repository.folder_joins`.
+HEAD_PROFILE_COLUMNS = """
+    v.version AS profile_version, v.content AS profile_content, v.tokens AS profile_tokens"""
+
+HEAD_PROFILE_JOINS = """
+LEFT JOIN memory_files mf ON mf.company_id = :company_id AND mf.user_id = :user_id
+LEFT JOIN memory_versions v
+    ON v.company_id = mf.company_id AND v.user_id = mf.user_id AND v.version = mf.head_version"""
+
+HEAD_PROFILE_FOLDER_ID = "mf.folder_id"
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """The head version as stored: its number, its document and the tokens of its body."""
+
+    version: int
+    content: str
+    tokens: int
+
+
+def stored_profile_of(row: Mapping[str, Any]) -> StoredProfile | None:
+    """The `HEAD_PROFILE_COLUMNS` of a row; None when the user has no profile yet."""
+    if row["profile_version"] is None:
+        return None
+    return StoredProfile(row["profile_version"], row["profile_content"], row["profile_tokens"])

@@ -1,10 +1,12 @@
 """Load and inject (`POST /v1/chats/{chat_id}/context`): one SELECT, then pure rules.
 
-The read (`repository.select_context`) brings flags, settings, the head profile, its folder ACL
-and the newest stored history together; `effective_enablement`, `acl.is_allowed`,
-`plan_history`/`select_history`/`compose_messages` and the injection module decide the rest.
-Never calls a language model. The only extra statements are on the rare over-budget path,
-which queues one condensation job.
+The read (`repository.select_context`, on a driver connection) brings flags, settings, the head
+profile, its folder ACL and the newest stored history together; `effective_enablement`,
+`acl.is_allowed`, `plan_history`/`select_history`/`compose_messages` and the injection module
+decide the rest, and the answer is built as plain JSON-ready values (its shape is
+`schemas.ContextResponse`, which the tests hold it to). Never calls a language model. The only
+extra statements are on the rare over-budget path, which queues one condensation job in a
+transaction of its own, committed before the answer.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ import logging
 import uuid
 from dataclasses import dataclass
 from typing import Literal
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
 from app.config import Settings
@@ -29,8 +29,9 @@ from app.conversations.modes import (
     plan_history,
     select_history,
 )
-from app.conversations.schemas import MessageOut, check_message_limits
-from app.enablement.decision import Decision, effective_enablement
+from app.conversations.schemas import check_message_limits
+from app.db import Database
+from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
 from app.profiles.document import ProfileFormatError
@@ -43,14 +44,11 @@ from app.turns.schemas import (
     ConditionOut,
     ContextDebug,
     ContextRequest,
-    ContextResponse,
     DebugHistory,
     DebugMemory,
     DebugMessage,
     DebugPlaceholder,
     DebugTokens,
-    HistoryOut,
-    MemoryOut,
 )
 
 logger = logging.getLogger("app.turns.context")
@@ -75,14 +73,15 @@ class MemoryOutcome:
 
 
 async def load_context(
-    session: AsyncSession,
+    database: Database,
     principal: Principal,
     chat_id: str,
     request: ContextRequest,
     *,
     settings: Settings,
-) -> ContextResponse:
-    """The final message list for the model call, with memory injected and history resolved."""
+) -> dict[str, object]:
+    """The final message list for the model call, with memory injected and history resolved:
+    the `ContextResponse` document, as JSON-ready values."""
     check_message_limits(
         settings,
         messages=request.messages,
@@ -96,18 +95,19 @@ async def load_context(
         else [m.to_message() for m in request.placeholder_history]
     )
     plan = plan_history(request.history_mode, messages, placeholder)
-    row = await repository.select_context(
-        session,
-        principal.company_id,
-        principal.user_id,
-        request.space_id,
-        chat_id,
-        history_limit=settings.history_max_messages if plan.load else None,
-    )
-    settings_row = row.settings
-    decision = effective_enablement(settings_row.flags, settings_row.space.state, settings_row.user)
+    async with database.driver.connection() as conn:
+        row = await repository.select_context(
+            conn,
+            principal.company_id,
+            principal.user_id,
+            request.space_id,
+            chat_id,
+            history_limit=settings.history_max_messages if plan.load else None,
+        )
+    inputs = row.settings
+    decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
     memory = await _memory(
-        session,
+        database,
         principal,
         space_id=request.space_id,
         row=row,
@@ -129,25 +129,27 @@ async def load_context(
 
     system_prompt = compose_system_prompt(_base_system_prompt(request, messages), memory.section)
     final = compose_messages(system_prompt, history, placeholder, messages)
-    response = ContextResponse(
-        messages=[MessageOut.of(m) for m in final],
-        system_prompt=system_prompt,
-        memory=MemoryOut(
-            enabled=decision.enabled,
-            injected=memory.section is not None,
-            version=memory.version,
-            tokens=memory.tokens,
-            conditions=[ConditionOut.of(c) for c in decision.conditions],
-            reason=memory.reason,
-        ),
-        history=HistoryOut(
-            mode=plan.mode,
-            placeholder_detected=plan.detection.detected,
-            detected_by=plan.detection.detected_by,
-            loaded=plan.load,
-            loaded_messages=len(history),
-        ),
-    )
+    conditions = [_condition(c) for c in decision.conditions]
+    document: dict[str, object] = {
+        "messages": [{"role": m.role, "content": m.content} for m in final],
+        "system_prompt": system_prompt,
+        "memory": {
+            "enabled": decision.enabled,
+            "injected": memory.section is not None,
+            "version": memory.version,
+            "tokens": memory.tokens,
+            "conditions": conditions,
+            "reason": memory.reason,
+        },
+        "history": {
+            "mode": plan.mode,
+            "placeholder_detected": plan.detection.detected,
+            "detected_by": plan.detection.detected_by,
+            "loaded": plan.load,
+            "loaded_messages": len(history),
+        },
+        "debug": None,
+    }
     if request.debug:
         would_save = messages_to_save(
             request.history_mode,
@@ -155,7 +157,7 @@ async def load_context(
             messages,
             Message(Role.ASSISTANT, ""),  # the response is not known yet: a stand-in
         )
-        response.debug = _debug(
+        document["debug"] = _debug(
             request=request,
             settings=settings,
             plan=plan,
@@ -165,8 +167,18 @@ async def load_context(
             would_save=would_save,
             history=history,
             history_tokens=history_tokens,
-        )
-    return response
+        ).model_dump(mode="json")
+    return document
+
+
+def _condition(condition: Condition) -> dict[str, object]:
+    """A condition as `ConditionOut` serialises it."""
+    return {
+        "key": condition.key,
+        "level": condition.level.value,
+        "satisfied": condition.satisfied,
+        "reason": condition.reason,
+    }
 
 
 def _base_system_prompt(request: ContextRequest, messages: list[Message]) -> str | None:
@@ -176,7 +188,7 @@ def _base_system_prompt(request: ContextRequest, messages: list[Message]) -> str
 
 
 async def _memory(
-    session: AsyncSession,
+    database: Database,
     principal: Principal,
     *,
     space_id: str,
@@ -208,13 +220,14 @@ async def _memory(
             # the orchestrator's model is unknown at load time: without a configured one the
             # worker uses its default
             payload["model"] = config.language_model
-        job_id, _ = await repository.enqueue_condensation_once(
-            session,
-            principal.company_id,
-            principal.user_id,
-            payload=payload,
-            max_attempts=settings.job_max_attempts,
-        )
+        async with database.sessionmaker() as session, session.begin():
+            job_id, _ = await repository.enqueue_condensation_once(
+                session,
+                principal.company_id,
+                principal.user_id,
+                payload=payload,
+                max_attempts=settings.job_max_attempts,
+            )
         reason += (
             f" It holds {profile.tokens} tokens, over the space's budget of {budget}, so a "
             "truncated copy is injected and a condensation is queued."

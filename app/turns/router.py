@@ -1,24 +1,26 @@
-"""The orchestrator's two calls per chat turn: load/inject before the model, save after it."""
+"""The orchestrator's two calls per chat turn: load/inject before the model, save after it.
+
+Both run on every chat turn, so they are `LeanRoute`s (app/lean_routes.py): the signatures
+below document them as usual, and a fixed plan resolves them at request time.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, ClassVar
 
+import orjson
 from fastapi import APIRouter, Depends, Header, Request, Response, status
 
-from app.auth import PrincipalDep
+from app.auth import Principal, PrincipalDep, current_principal, principal_of
 from app.config import Settings
 from app.conversations.schemas import ChatIdPath
-from app.db import SessionDep
-from app.tokens import TokenCounter
+from app.db import Database, database
+from app.lean_routes import LeanRoute, Provider
 from app.turns import context, idempotency, save
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
 
-router = APIRouter(tags=["turns"])
-
-
-# Dependencies are `async def`: FastAPI runs plain `def` dependencies in a worker thread, a
-# thread hop per dependency per request on the hot path.
+# Dependencies are `async def`: FastAPI runs plain `def` dependencies in a worker thread.
 
 
 async def _settings(request: Request) -> Settings:
@@ -26,17 +28,13 @@ async def _settings(request: Request) -> Settings:
     return settings
 
 
-_COUNTER = TokenCounter()
-
-
-async def _token_counter() -> TokenCounter:
-    """Counts history tokens once, at save time, with the offline encoding (no network)."""
-    return _COUNTER
+async def _database(request: Request) -> Database:
+    return database(request)
 
 
 async def _idempotency_key(
-    settings: Annotated[Settings, Depends(_settings)],
-    key: Annotated[
+    request: Request,
+    _documented: Annotated[
         str | None,
         Header(
             alias=idempotency.HEADER,
@@ -45,27 +43,49 @@ async def _idempotency_key(
         ),
     ] = None,
 ) -> str | None:
-    return idempotency.check_key(key, settings.idempotency_key_max_length)
+    """The request's Idempotency-Key (422 unless 1..N printable ASCII); read from the headers
+    here, so the lean plan and FastAPI resolve it the same way."""
+    settings: Settings = request.app.state.settings
+    return idempotency.check_key(
+        request.headers.get(idempotency.HEADER), settings.idempotency_key_max_length
+    )
 
+
+async def _principal(request: Request) -> Principal:
+    return principal_of(request)
+
+
+class TurnRoute(LeanRoute):
+    providers: ClassVar[Mapping[Callable[..., Any], Provider]] = {
+        current_principal: _principal,
+        _settings: _settings,
+        _database: _database,
+        _idempotency_key: _idempotency_key,
+    }
+
+
+router = APIRouter(tags=["turns"], route_class=TurnRoute)
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
-CounterDep = Annotated[TokenCounter, Depends(_token_counter)]
+DatabaseDep = Annotated[Database, Depends(_database)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
 
 @router.post(
     "/v1/chats/{chat_id}/context",
     summary="Load and inject: the final message list for the model call",
+    response_model=ContextResponse,
 )
 async def load_context(
     chat_id: ChatIdPath,
     body: ContextRequest,
     principal: PrincipalDep,
     *,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
-) -> ContextResponse:
-    return await context.load_context(session, principal, chat_id, body, settings=settings)
+) -> Response:
+    document = await context.load_context(db, principal, chat_id, body, settings=settings)
+    return Response(orjson.dumps(document), media_type="application/json")
 
 
 @router.post(
@@ -84,19 +104,12 @@ async def save_turn(
     body: TurnRequest,
     principal: PrincipalDep,
     *,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
-    counter: CounterDep,
     idempotency_key: IdempotencyKeyDep,
 ) -> Response:
     outcome = await save.save_turn(
-        session,
-        principal,
-        chat_id,
-        body,
-        idempotency_key=idempotency_key,
-        settings=settings,
-        counter=counter,
+        db, principal, chat_id, body, idempotency_key=idempotency_key, settings=settings
     )
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(

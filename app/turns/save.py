@@ -1,9 +1,13 @@
 """Turn-save (`POST /v1/chats/{chat_id}/turns`): store the exchange per mode, durably, and queue
 a consolidation when memory is active. Never waits for a model.
 
-Statements on the common path: one settings read, then one write (turn, messages, job and the
-idempotency record together). With an `Idempotency-Key`, one advisory-lock statement first.
-The first enabled turn of a user also creates the per-user folder (folders service).
+Runs on a driver connection. Without an `Idempotency-Key`: one settings read, then one write
+(turn, messages and job together), each atomic on its own, no BEGIN/COMMIT round trips: the
+write is the only statement that changes anything. With a key, one transaction: the key's
+advisory lock, the settings and record read, the write (record included), COMMIT, all before
+the answer. The first enabled turn of a user also creates the per-user folder (folders
+service), in a transaction of its own: creating it is idempotent, and a turn whose write then
+fails leaves only that folder, which the next turn would have created anyway.
 """
 
 from __future__ import annotations
@@ -11,18 +15,19 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
+import asyncpg
 
 from app.auth import Principal
 from app.config import Settings
 from app.conversations import repository as history
 from app.conversations.modes import messages_to_save
 from app.conversations.schemas import check_message_limits
+from app.db import Database
 from app.enablement.decision import effective_enablement
 from app.enablement.repository import SpaceRecord
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
-from app.tokens import TokenCounter
+from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import idempotency, repository
 from app.turns.schemas import ConsolidationOut, TurnRequest, TurnSaved
 
@@ -43,14 +48,14 @@ class TurnOutcome:
 
 
 async def save_turn(
-    session: AsyncSession,
+    database: Database,
     principal: Principal,
     chat_id: str,
     request: TurnRequest,
     *,
     idempotency_key: str | None,
     settings: Settings,
-    counter: TokenCounter,
+    refuse_skipped: bool = False,
 ) -> TurnOutcome:
     """Save the turn and queue its consolidation (202), or say why it was skipped (201).
 
@@ -58,6 +63,8 @@ async def save_turn(
     a live record with the same request hash -> that response replayed, nothing written; with
     another hash -> 422. Otherwise the work is done and its response stored with the key, in the
     same transaction, so a replay can never see a turn that was rolled back.
+    `refuse_skipped`: a turn whose consolidation would be skipped is a 409 with the reason,
+    and nothing is written.
     """
     check_message_limits(
         settings,
@@ -65,19 +72,55 @@ async def save_turn(
         placeholder_history=request.placeholder_history,
         texts=[("response.content", request.response.content)],
     )
+    async with database.driver.connection() as conn:
+        if idempotency_key is None:
+            return await _save(
+                conn,
+                database,
+                principal,
+                chat_id,
+                request,
+                idempotency_key=None,
+                settings=settings,
+                refuse_skipped=refuse_skipped,
+            )
+        async with conn.transaction():
+            if not await repository.try_lock_idempotency_key(
+                conn, principal.company_id, principal.user_id, idempotency_key
+            ):
+                raise Conflict(
+                    "A request with this Idempotency-Key is still in progress; retry later.",
+                    headers={"Retry-After": "1"},
+                )
+            return await _save(
+                conn,
+                database,
+                principal,
+                chat_id,
+                request,
+                idempotency_key=idempotency_key,
+                settings=settings,
+                refuse_skipped=refuse_skipped,
+            )
+
+
+async def _save(
+    conn: asyncpg.Connection,
+    database: Database,
+    principal: Principal,
+    chat_id: str,
+    request: TurnRequest,
+    *,
+    idempotency_key: str | None,
+    settings: Settings,
+    refuse_skipped: bool,
+) -> TurnOutcome:
     company_id, user_id = principal.company_id, principal.user_id
     request_hash = None
     if idempotency_key is not None:
-        if not await repository.try_lock_idempotency_key(
-            session, company_id, user_id, idempotency_key
-        ):
-            raise Conflict(
-                "A request with this Idempotency-Key is still in progress; retry later.",
-                headers={"Retry-After": "1"},
-            )
         request_hash = idempotency.request_hash(chat_id, request)
     row = await repository.select_turn_settings(
-        session, company_id, user_id, request.space_id, idempotency_key
+        conn, company_id, user_id, request.space_id, idempotency_key
     )
     if row.record is not None:
         if row.record.request_hash != request_hash:
@@ -87,8 +130,14 @@ async def save_turn(
             )
         return TurnOutcome(row.record.response_status, row.record.response_body, replayed=True)
 
-    settings_row = row.settings
-    decision = effective_enablement(settings_row.flags, settings_row.space.state, settings_row.user)
+    inputs = row.settings
+    decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
+    skipped = None if decision.enabled else decision.reason()
+    if skipped is None and not row.user_folder_exists:
+        skipped = await _provision_folder(database, principal)
+    if skipped is not None and refuse_skipped:
+        raise Conflict(f"Nothing was queued: {skipped}")
+
     placeholder = (
         None
         if request.placeholder_history is None
@@ -100,10 +149,9 @@ async def save_turn(
         [m.to_message() for m in request.messages],
         request.response.to_message(),
     )
+    count = STORED_TOKEN_COUNTER.count
     new_messages = [
-        history.NewMessage(
-            s.message.role, s.message.content, s.source, counter.count(s.message.content)
-        )
+        history.NewMessage(s.message.role, s.message.content, s.source, count(s.message.content))
         for s in saved
     ]
     turn = history.NewTurn(
@@ -116,11 +164,8 @@ async def save_turn(
         language_model=request.language_model,
     )
     job = None
-    skipped = None if decision.enabled else decision.reason()
-    if skipped is None and not row.user_folder_exists:
-        skipped = await _provision_folder(session, principal)
     if skipped is None:
-        model = consolidation_model(settings_row.space, request.language_model)
+        model = consolidation_model(inputs.space, request.language_model)
         job = history.NewJob(
             id=uuid.uuid4(),
             kind="consolidation",
@@ -143,17 +188,19 @@ async def save_turn(
             response_body=body.encode(),
             ttl_hours=settings.idempotency_ttl_hours,
         )
-    await history.save_turn(session, turn, new_messages, job=job, record=record)
+    await history.save_turn(conn, turn, new_messages, job=job, record=record)
     return TurnOutcome(status, body.encode(), replayed=False)
 
 
-async def _provision_folder(session: AsyncSession, principal: Principal) -> str | None:
-    """Create the per-user folder (first turn); the reason to skip consolidation if refused.
+async def _provision_folder(database: Database, principal: Principal) -> str | None:
+    """Create the per-user folder (first turn), committed on its own; the reason to skip
+    consolidation if refused.
 
     A refused folder must not lose the exchange: history is saved either way.
     """
     try:
-        await ensure_user_folder(session, principal)
+        async with database.sessionmaker() as session, session.begin():
+            await ensure_user_folder(session, principal)
     except Forbidden:
         return FOLDER_REFUSED_REASON
     return None

@@ -251,8 +251,8 @@ async def test_over_budget_profile_is_truncated_and_condensed_once(
 async def test_common_path_is_one_select(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    """Flags, settings, profile, folder ACL and history come back from one statement; BEGIN and
-    COMMIT are protocol-level with asyncpg and never reach the cursor."""
+    """Flags, settings, profile, folder ACL and history come back from one statement, with no
+    BEGIN or COMMIT around it: a single read needs no transaction of its own."""
     await enable_memory(client, auth)
     await seed_profile(app, "alice", ALICE_FACTS)
     chat = new_chat()

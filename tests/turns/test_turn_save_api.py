@@ -149,7 +149,8 @@ async def test_payload_model_follows_the_space_configuration(
 async def test_turn_save_common_path_is_two_statements(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    """One settings read, then one write of turn + messages + job; a key adds its lock."""
+    """One settings read, then one write of turn + messages + job, without a transaction of
+    its own; a key adds the transaction and its lock."""
     await enable_memory(client, auth)
     await seed_profile(app, "alice", {})  # the per-user folder exists already
     chat = new_chat()
@@ -165,7 +166,13 @@ async def test_turn_save_common_path_is_two_statements(
         assert response.status_code == 202
 
     assert [s.lstrip().split()[0].upper() for s in plain] == ["SELECT", "WITH"]
-    assert [s.lstrip().split()[0].upper() for s in keyed] == ["SELECT", "SELECT", "WITH"]
+    assert [s.lstrip().split()[0].upper().rstrip(";") for s in keyed] == [
+        "BEGIN",
+        "SELECT",
+        "SELECT",
+        "WITH",
+        "COMMIT",
+    ]
 
 
 async def test_turn_ids_are_distinct_and_messages_belong_to_their_turn(

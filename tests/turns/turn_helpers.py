@@ -222,18 +222,25 @@ async def rows(app: FastAPI, sql: str, **params: Any) -> list[Any]:
 
 @contextmanager
 def statements(app: FastAPI) -> Iterator[list[str]]:
-    """The SQL statements the app sends while the block runs (BEGIN/COMMIT are not cursor
-    executions with asyncpg, so they do not appear)."""
+    """The SQL statements the app sends while the block runs: those of the session engine
+    (where BEGIN/COMMIT are protocol-level with asyncpg and do not appear) and every statement
+    of the hot path's driver connections (BEGIN and COMMIT included)."""
     seen: list[str] = []
-    engine = app.state.database.engine.sync_engine
+    database = app.state.database
+    engine = database.engine.sync_engine
 
     def record(*args: Any) -> None:
         seen.append(str(args[2]))
 
+    def record_driver(query: Any) -> None:
+        seen.append(str(query.query))
+
     event.listen(engine, "before_cursor_execute", record)
+    database.driver.add_query_logger(record_driver)
     try:
         yield seen
     finally:
+        database.driver.remove_query_logger(record_driver)
         event.remove(engine, "before_cursor_execute", record)
 
 
