@@ -67,6 +67,10 @@ class TokenVerifier:
         self._cache_size = settings.jwt_cache_size
         self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
 
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._cache)
+
     def verify(self, token: str) -> Principal:
         """Return the principal of a valid token; raise `Unauthorized` for anything else."""
         raw = token.encode()

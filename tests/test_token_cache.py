@@ -1,0 +1,94 @@
+"""Verified tokens are remembered until their `exp`, by their exact bytes, in a bounded LRU; a
+token that fails is never remembered."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic import SecretStr
+
+from app.auth import TokenVerifier, issue_token
+from app.config import Settings
+from app.errors import Unauthorized
+from tests.conftest import TEST_JWT_SECRET
+
+
+class Clock:
+    """The verifier's clock for cache expiry (jose still checks `exp` against real time)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settings(**overrides: object) -> Settings:
+    values: dict[str, object] = {"environment": "test", "jwt_secret": SecretStr(TEST_JWT_SECRET)}
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+
+def token(sub: str = "alice", ttl: int = 600) -> str:
+    return issue_token(settings(), sub=sub, company_id="acme", ttl_seconds=ttl)
+
+
+def test_a_verified_token_is_answered_from_the_cache() -> None:
+    verifier = TokenVerifier(settings())
+    tok = token()
+    first = verifier.verify(tok)
+    assert first.user_id == "alice"
+    assert verifier.verify(tok) is first
+    assert verifier.cached_tokens == 1
+
+
+def test_a_cached_token_expires_with_its_exp() -> None:
+    clock = Clock()
+    verifier = TokenVerifier(settings(), clock=clock)
+    tok = token(ttl=60)
+    cached = verifier.verify(tok)
+    clock.now += 30
+    assert verifier.verify(tok) is cached
+    clock.now += 31  # past exp by the verifier's clock: verified from scratch, not served
+    assert verifier.verify(tok) is not cached
+
+
+def test_a_token_that_fails_is_never_cached() -> None:
+    verifier = TokenVerifier(settings())
+    good = token()
+    forged = good[:-2] + ("AA" if not good.endswith("AA") else "BB")
+    verifier.verify(good)
+    for _ in range(2):
+        with pytest.raises(Unauthorized):
+            verifier.verify(forged)
+    assert verifier.cached_tokens == 1
+
+
+def test_a_token_differing_in_one_byte_is_not_the_cached_one() -> None:
+    verifier = TokenVerifier(settings())
+    good = token()
+    verifier.verify(good)
+    header, _, signature = good.split(".")
+    other_claims = issue_token(settings(), sub="mallory", company_id="acme").split(".")[1]
+    with pytest.raises(Unauthorized):
+        verifier.verify(f"{header}.{other_claims}.{signature}")
+
+
+def test_the_cache_keeps_the_most_recently_used_tokens() -> None:
+    verifier = TokenVerifier(settings(jwt_cache_size=2))
+    a, b, c = token("a"), token("b"), token("c")
+    principal_a = verifier.verify(a)
+    principal_b = verifier.verify(b)
+    assert verifier.verify(a) is principal_a  # a is now the most recent
+    verifier.verify(c)  # evicts b, the least recently used
+    assert verifier.cached_tokens == 2
+    assert verifier.verify(a) is principal_a
+    assert verifier.verify(b) is not principal_b
+
+
+def test_a_cache_size_of_zero_verifies_every_time() -> None:
+    verifier = TokenVerifier(settings(jwt_cache_size=0))
+    tok = token()
+    assert verifier.verify(tok) is not verifier.verify(tok)
+    assert verifier.cached_tokens == 0
