@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import yaml
 
 from app.config import PROJECT_ROOT, Settings, get_settings, to_asyncpg_url
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 OPENAPI_PATH = PROJECT_ROOT / "openapi.yaml"
+# What each process of `serve --workers N` (N > 1) imports and calls to build its app.
+SERVED_APP_FACTORY = "app.cli:create_served_app"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="run the API (and the in-process worker)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="API processes sharing the port (default API_WORKERS, 1)",
+    )
 
     worker = commands.add_parser("worker", help="run the consolidation worker only (to SIGTERM)")
     worker.add_argument(
@@ -44,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = get_settings()
     if args.command == "serve":
-        return _serve(settings, args.host, args.port)
+        workers = args.workers if args.workers is not None else settings.api_workers
+        return _serve(settings, args.host, args.port, workers)
     if args.command == "worker":
         return _worker_check(settings) if args.check else _worker(settings)
     if args.command == "migrate":
@@ -147,7 +162,14 @@ def heartbeat_max_age_seconds(settings: Settings) -> float:
     return max(settings.worker_poll_seconds * 5, float(settings.job_lease_seconds))
 
 
-def _serve(settings: Settings, host: str, port: int) -> int:
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
     from app.auth import issue_token  # noqa: PLC0415
@@ -156,7 +178,10 @@ def _serve(settings: Settings, host: str, port: int) -> int:
 
     configure_logging(settings.log_level)
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
-    print(f"Context Memory Service on http://{host}:{port}  database: {where}", flush=True)
+    processes = f"  processes: {workers}" if workers > 1 else ""
+    print(
+        f"Context Memory Service on http://{host}:{port}  database: {where}{processes}", flush=True
+    )
     print(f"Swagger UI: http://{host}:{port}/docs", flush=True)
     if settings.environment == "development":
         token = issue_token(
@@ -167,6 +192,8 @@ def _serve(settings: Settings, host: str, port: int) -> int:
             ttl_seconds=12 * 3600,
         )
         print(f"Development token (alice@acme, space_admin+operator, 12 h):\n{token}", flush=True)
+    if workers > 1:
+        return _serve_processes(settings, host, port, workers)
     uvicorn.run(
         create_app(settings),
         host=host,
@@ -176,6 +203,79 @@ def _serve(settings: Settings, host: str, port: int) -> int:
         proxy_headers=False,
     )
     return 0
+
+
+def _serve_processes(settings: Settings, host: str, port: int, workers: int) -> int:
+    """Serve with `workers` processes on one listening socket, under uvicorn's supervisor
+    (it restarts a process that dies, and on SIGINT or SIGTERM stops them all, each
+    gracefully, before it returns).
+
+    Each process runs the app's own lifespan, so with `WORKER_ENABLED` each also runs a
+    consolidation worker: N x WORKER_CONCURRENCY slots on the one queue, which is safe
+    (`claim_next_job` claims with SKIP LOCKED and serialises per user).
+
+    On the embedded database this process starts and migrates it, once, and hands it to the
+    workers as DATABASE_URL (they never start one of their own); it stops it after the
+    supervisor has stopped every worker. Until the supervisor takes over the signals, SIGTERM
+    ends the start-up the way Ctrl-C does, through the same clean-up.
+    """
+    from uvicorn import Config  # noqa: PLC0415
+    from uvicorn.config import STARTUP_FAILURE  # noqa: PLC0415
+    from uvicorn.supervisors import Multiprocess  # noqa: PLC0415
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    embedded = None
+    try:
+        if settings.uses_embedded_database:
+            from app.db import run_migrations  # noqa: PLC0415
+            from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+
+            embedded = EmbeddedPostgres(settings.embedded_pg_dir)
+            url = embedded.start()
+            run_migrations(to_asyncpg_url(url))
+            os.environ["DATABASE_URL"] = url  # read by the workers' settings
+        config = Config(
+            SERVED_APP_FACTORY,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+        )
+        listener = config.bind_socket()
+        supervisor = Multiprocess(config, sockets=[listener])
+        try:
+            supervisor.run()
+        finally:
+            listener.close()
+        failed = [p.pid for p in supervisor.processes if p.exitcode == STARTUP_FAILURE]
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    if failed:
+        print(f"serve: API process {failed[0]} failed to start (its log is above)", file=sys.stderr)
+        return STARTUP_FAILURE
+    return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def create_served_app() -> FastAPI:
+    """The app of one process of `serve --workers N` (uvicorn's factory, called in the spawned
+    process): settings from the environment the supervisor passed on, and the JSON logs, which
+    a spawned process does not inherit."""
+    from app.main import create_app  # noqa: PLC0415
+    from app.observability import configure_logging  # noqa: PLC0415
+
+    settings = get_settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)
 
 
 if __name__ == "__main__":  # pragma: no cover
