@@ -28,7 +28,8 @@ What it does (see bench/README.md and docs/benchmarks.md):
 --variants adds more instances of our service with other pool settings, measured in the same
 runs (see VARIANTS): `pre-ping` (DB_POOL_PRE_PING=true), `fixed-pool` (DB_MAX_OVERFLOW=0: a fixed
 pool of DB_POOL_SIZE, like the reference's 20), `pool10-pre-ping` (10 + 10 overflow with pre-ping,
-the defaults before commit c2deb0e).
+the defaults before commit c2deb0e), `workers2` (API_WORKERS=2: two processes, as
+`python -m app serve --workers 2`; its server CPU counts both).
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -446,14 +447,20 @@ class Server:
 
 
 def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (all its threads) from /proc; None elsewhere."""
+    """User + system CPU seconds of a process (all its threads) and of its child processes
+    (the workers of a multi-process server) from /proc; None elsewhere."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
     fields = stat.rsplit(")", 1)[1].split()
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    own = (utime + stime) / os.sysconf("SC_CLK_TCK")
+    return own + sum(process_cpu_seconds(int(child)) or 0.0 for child in children)
 
 
 def free_port() -> int:
@@ -513,9 +520,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     "pre-ping": {"DB_POOL_PRE_PING": "true"},
     "fixed-pool": {"DB_MAX_OVERFLOW": "0"},
     "pool10-pre-ping": {"DB_POOL_SIZE": "10", "DB_MAX_OVERFLOW": "10", "DB_POOL_PRE_PING": "true"},
+    # `serve --workers 2`: two processes on one port, each with its own pool
+    "workers2": {"API_WORKERS": "2"},
 }
 # Inherited from the caller's environment, these would change what "ours" means.
-_POOL_SETTINGS = ("DB_POOL_SIZE", "DB_MAX_OVERFLOW", "DB_POOL_PRE_PING")
+_POOL_SETTINGS = ("DB_POOL_SIZE", "DB_MAX_OVERFLOW", "DB_POOL_PRE_PING", "API_WORKERS")
 
 
 def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> dict[str, str]:
