@@ -6,7 +6,7 @@ parameters are unchanged. At request time the plan, built once per route, does o
 
 1. each dependency, by the provider registered for it in `providers` (a route whose endpoint
    declares a dependency without a provider fails when the app is built, not at request time);
-2. path parameters, validated by FastAPI's own parameter fields;
+2. path parameters, validated by FastAPI's own parameter fields (`ModelField.validate`);
 3. the one body model, parsed once from the raw bytes (`model_validate_json`), with FastAPI's
    rules for the content type (JSON or `+json`; none at all is refused);
 4. the endpoint, which returns a ready `Response` (no response model re-validation, no
@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, ClassVar, cast
 
-from fastapi.dependencies.utils import request_params_to_args
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
@@ -49,7 +48,7 @@ class LeanRoute(APIRoute):
             if provider is None or sub.name is None:
                 raise TypeError(f"{self.path}: no provider for the dependency {sub.call!r}")
             resolvers.append((sub.name, provider))
-        path_fields = dependant.path_params
+        path_fields = [(field.alias, field) for field in dependant.path_params]
         body_field = dependant.body_params[0]
         body_name = body_field.name
         model = cast(type[BaseModel], body_field.field_info.annotation)
@@ -59,12 +58,17 @@ class LeanRoute(APIRoute):
             values: dict[str, object] = {}
             for name, provide in resolvers:
                 values[name] = await provide(request)
-            path_values, errors = request_params_to_args(path_fields, request.path_params)
+            errors: list[dict[str, Any]] = []
+            for alias, field in path_fields:  # present: the route matched
+                value, field_errors = field.validate(
+                    request.path_params[alias], loc=("path", alias)
+                )
+                values[field.name] = value
+                errors.extend(field_errors)
             body, body_errors = await _parsed_body(request, model)
             errors.extend(body_errors)
             if errors:
                 raise RequestValidationError(errors)
-            values.update(path_values)
             values[body_name] = body
             return await endpoint(**values)
 

@@ -85,8 +85,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
 
-    # the two calls of every chat turn first: routes are tried in order
-    app.include_router(turns_router.router)
+    # The two calls of every chat turn are routes of the app itself, tried first: through
+    # include_router they would be matched twice per request (the router's table, then the
+    # route's), behind every route included before them.
+    app.router.routes.extend(turns_router.router.routes)
     app.include_router(operations.router)
     app.include_router(auth.router)
     app.include_router(enablement_router.router)

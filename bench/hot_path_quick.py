@@ -1,7 +1,8 @@
-"""Quick, in-process look at the two hot-path calls: N sequential requests through
-`httpx.ASGITransport` (no network, no uvicorn) against raw asyncpg running the same SQL.
+"""Quick, in-process look at the two hot-path calls: N sequential requests handed straight to
+the ASGI app (no network, no uvicorn, no HTTP client) against raw asyncpg running the same SQL,
+with the CPU time per request.
 
-    .venv/bin/python bench/hot_path_quick.py [--requests 500]
+    .venv/bin/python bench/hot_path_quick.py [--requests 500] [--profile]
 
 Uses DATABASE_URL when set, else the embedded PostgreSQL (var/pg). Creates a scratch database,
 migrates it, seeds one user (flags on, a ~1,000-token profile, 20 stored messages) and drops it
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -24,8 +27,9 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 from asgi_lifespan import LifespanManager
-from sqlalchemy import Dialect, TextClause, make_url, text
+from sqlalchemy import make_url, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,6 +38,7 @@ from app.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.db import run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.enablement.repository import enablement_params
 from app.folders import service as folders
 from app.main import create_app
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
@@ -52,15 +57,6 @@ def asyncpg_params(url: str, database: str | None = None) -> dict[str, Any]:
         "host": parsed.query.get("host") or parsed.host or "127.0.0.1",
         "port": parsed.port or 5432,
     }
-
-
-def positional(
-    statement: TextClause, params: dict[str, Any], dialect: Dialect
-) -> tuple[str, list[Any]]:
-    """The statement as asyncpg takes it ($1, $2, ...) with its arguments in order."""
-    compiled = statement.compile(dialect=dialect)
-    order = compiled.positiontup or []
-    return compiled.string, [params[name] for name in order]
 
 
 def profile_document() -> tuple[str, int]:
@@ -108,24 +104,75 @@ async def seed(app: Any, client: httpx.AsyncClient, headers: dict[str, str]) -> 
         assert response.status_code == 202, response.text
 
 
+class AsgiCaller:
+    """Calls the ASGI app with a prepared scope: the cheapest way in, so the CPU per request is
+    the app's own (plus one asyncio task)."""
+
+    def __init__(self, app: Any, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        headers = [*self.headers, (b"content-type", b"application/json")]
+        headers.append((b"content-length", str(len(body)).encode()))
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "state": {},
+        }
+        sent = False
+        status = 0
+        chunks: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, receive, send)
+        return status, b"".join(chunks)
+
+
 async def timed(label: str, requests: int, call: Callable[[], Awaitable[None]]) -> float:
     for _ in range(min(50, requests)):
         await call()
     samples = []
+    cpu_started = time.process_time()
     for _ in range(requests):
         started = time.perf_counter()
         await call()
         samples.append((time.perf_counter() - started) * 1000)
+    cpu_us = (time.process_time() - cpu_started) / requests * 1e6
     samples.sort()
     mean = statistics.fmean(samples)
     p99 = samples[int(len(samples) * 0.99) - 1]
     print(
         f"  {label:<52} mean {mean:6.3f} ms  p50 {samples[len(samples) // 2]:6.3f}  p99 {p99:6.3f}"
+        f"  CPU {cpu_us:5.0f} µs"
     )
     return mean
 
 
-async def run(server_url: str, requests: int) -> None:
+async def run(server_url: str, requests: int, *, profile: bool) -> None:
     name = f"cms_bench_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(**asyncpg_params(server_url))
     await admin.execute(f'CREATE DATABASE "{name}"')
@@ -142,34 +189,36 @@ async def run(server_url: str, requests: int) -> None:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
                 await seed(app, client, headers)
-                await compare(client, headers, url, requests, app.state.database.engine.dialect)
+                await compare(AsgiCaller(app, headers), url, requests, profile=profile)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
 
 
-async def compare(
-    client: httpx.AsyncClient, headers: dict[str, str], url: str, requests: int, dialect: Dialect
-) -> None:
-    context_body = {"space_id": SPACE, "messages": [{"role": "user", "content": "Hi there"}]}
-    turn_body = context_body | {"response": {"role": "assistant", "content": "Hello!"}}
+async def compare(call: AsgiCaller, url: str, requests: int, *, profile: bool = False) -> None:
+    context_body = orjson.dumps(
+        {"space_id": SPACE, "messages": [{"role": "user", "content": "Hi there"}]}
+    )
+    turn_body = orjson.dumps(
+        {
+            "space_id": SPACE,
+            "messages": [{"role": "user", "content": "Hi there"}],
+            "response": {"role": "assistant", "content": "Hello!"},
+        }
+    )
 
     async def context_call() -> None:
-        response = await client.post(
-            f"/v1/chats/{CHAT}/context", json=context_body, headers=headers
-        )
-        assert response.status_code == 200
-        assert response.json()["memory"]["injected"]
+        status, body = await call("POST", f"/v1/chats/{CHAT}/context", context_body)
+        assert status == 200, body
+        assert orjson.loads(body)["memory"]["injected"]
 
     async def turn_call() -> None:
-        response = await client.post(f"/v1/chats/{CHAT}-t/turns", json=turn_body, headers=headers)
-        assert response.status_code == 202
+        status, body = await call("POST", f"/v1/chats/{CHAT}-t/turns", turn_body)
+        assert status == 202, body
 
-    params = turns_repository._settings_params(COMPANY, USER, SPACE) | {
-        "chat_id": CHAT,
-        "history_limit": 50,
-    }
-    sql, args = positional(turns_repository._CONTEXT_WITH_HISTORY, params, dialect)
+    params = enablement_params(COMPANY, USER, SPACE) | {"chat_id": CHAT, "history_limit": 50}
+    sql, names = turns_repository._CONTEXT_WITH_HISTORY
+    args = [params[name] for name in names]
     pool = await asyncpg.create_pool(**asyncpg_params(url), min_size=2, max_size=2)
     assert pool is not None
 
@@ -177,39 +226,43 @@ async def compare(
         async with pool.acquire() as conn:
             await conn.fetchrow(sql, *args)
 
-    async def raw_select_in_transaction() -> None:
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.fetchrow(sql, *args)
-
     async def healthz() -> None:
-        assert (await client.get("/healthz")).status_code == 200
+        assert (await call("GET", "/healthz"))[0] == 200
 
     async def who_am_i() -> None:
-        assert (await client.get("/v1/me", headers=headers)).status_code == 200
+        assert (await call("GET", "/v1/me"))[0] == 200
 
     print(f"{requests} sequential requests each (after 50 warm-up), in-process:")
-    await timed("GET /healthz (ASGITransport floor: no auth, no DB)", requests, healthz)
-    await timed("GET /v1/me (floor + token verification)", requests, who_am_i)
-    ours = await timed("POST /context (ASGITransport, full stack)", requests, context_call)
-    raw = await timed("raw asyncpg: the same SELECT", requests, raw_select)
-    raw_tx = await timed(
-        "raw asyncpg: BEGIN + the same SELECT + COMMIT", requests, raw_select_in_transaction
-    )
-    await timed("POST /turns (ASGITransport, full stack)", requests, turn_call)
+    await timed("GET /healthz (the floor: no auth, no DB)", requests, healthz)
+    await timed("GET /v1/me (floor + a cached token)", requests, who_am_i)
+    ours = await timed("POST /context (full stack)", requests, context_call)
+    raw = await timed("raw asyncpg: the same SELECT (pool acquire + reset)", requests, raw_select)
+    await timed("POST /turns (full stack)", requests, turn_call)
     await pool.close()
-    print(f"  /context / raw SELECT = {ours / raw:.1f}x;", end=" ")
-    print(f"/context / raw SELECT in a transaction = {ours / raw_tx:.1f}x")
+    print(f"  /context / raw SELECT = {ours / raw:.1f}x")
+    if profile:
+        for label, request in (("POST /context", context_call), ("POST /turns", turn_call)):
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(requests):
+                await request()
+            profiler.disable()
+            print(f"\n{label}: top functions by own time, {requests} requests under cProfile")
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument(
+        "--profile", action="store_true", help="then cProfile both calls, top 25 by own time"
+    )
     args = parser.parse_args()
     configured = os.environ.get("DATABASE_URL")
     embedded = None if configured else EmbeddedPostgres(PROJECT_ROOT / "var" / "pg")
     server_url = to_asyncpg_url(configured) if configured else to_asyncpg_url(embedded.start())  # type: ignore[union-attr]
     try:
-        asyncio.run(run(server_url, args.requests))
+        asyncio.run(run(server_url, args.requests, profile=args.profile))
     finally:
         if embedded is not None:
             embedded.stop()

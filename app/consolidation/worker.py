@@ -146,12 +146,11 @@ class Worker:
                     await asyncio.wait_for(self._stopping.wait(), self.config.poll_seconds)
                 continue
             task = asyncio.create_task(self._execute(claimed), name=f"job-{number}")
+            # cancelled after every job: a waiter left pending would pile up, one per job run
+            stopping = asyncio.create_task(self._stopping.wait(), name=f"stop-waiter-{number}")
             self._running.add(task)
             try:
-                await asyncio.wait(
-                    {task, asyncio.create_task(self._stopping.wait())},
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if not task.done():  # shutting down: give it the grace period
                     await asyncio.wait({task}, timeout=self.config.shutdown_grace_seconds)
                 if not task.done():
@@ -161,6 +160,7 @@ class Worker:
                     released = await release_jobs(self.engine, claimed)
                     logger.info("released %d job(s) on shutdown", released)
             finally:
+                stopping.cancel()
                 self._running.discard(task)
 
     async def _execute(self, claimed: ClaimedJob) -> None:

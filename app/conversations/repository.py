@@ -215,6 +215,9 @@ LEFT JOIN LATERAL (
 ) h ON true"""
 
 
+_ROLES = {role.value: role for role in Role}  # a dict lookup, not an Enum call per message
+
+
 @dataclass(frozen=True)
 class StoredHistory:
     """The newest stored messages, oldest first, with the token counts stored at save time."""
@@ -229,7 +232,7 @@ def stored_history_of(row: Mapping[str, Any]) -> StoredHistory:
     tokens: list[int] = row["history_tokens"] or []
     roles: list[str] = row["history_roles"] or []
     return StoredHistory(
-        tuple(Message(Role(r), c) for r, c in zip(roles, contents, strict=True)),
+        tuple(Message(_ROLES[r], c) for r, c in zip(roles, contents, strict=True)),
         dict(zip(contents, tokens, strict=True)),
     )
 

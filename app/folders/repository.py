@@ -229,12 +229,15 @@ def folder_node_of(row: Mapping[str, Any]) -> FolderNode | None:
     return FolderNode(row["folder_path"], row["folder_inherit"], _entries_of(row, "folder"), parent)
 
 
+_PERMISSIONS = {permission.value: permission for permission in Permission}
+
+
 def _entries_of(row: Mapping[str, Any], prefix: str) -> tuple[AclEntry, ...]:
     kinds = row[f"{prefix}_kinds"] or []
     principals = row[f"{prefix}_principals"] or []
     permissions = row[f"{prefix}_permissions"] or []
     return tuple(
-        AclEntry("user" if kind == "user" else "group", principal, Permission(permission))
+        AclEntry("user" if kind == "user" else "group", principal, _PERMISSIONS[permission])
         for kind, principal, permission in zip(kinds, principals, permissions, strict=True)
         if kind is not None
     )

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 import asyncpg
+import orjson
 
 from app.auth import Principal
 from app.config import Settings
@@ -29,7 +30,7 @@ from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import idempotency, repository
-from app.turns.schemas import ConsolidationOut, TurnRequest, TurnSaved
+from app.turns.schemas import TurnRequest
 
 QUEUED, SKIPPED = 202, 201
 FOLDER_REFUSED_REASON = (
@@ -172,24 +173,37 @@ async def _save(
             payload={"turn_id": str(turn.id), "space_id": request.space_id, "model": model},
             max_attempts=settings.job_max_attempts,
         )
-        consolidation = ConsolidationOut(status="queued", job_id=job.id, reason=None)
-    else:
-        consolidation = ConsolidationOut(status="skipped", job_id=None, reason=skipped)
     status = QUEUED if job is not None else SKIPPED
-    body = TurnSaved(
-        turn_id=turn.id, saved_messages=len(new_messages), consolidation=consolidation
-    ).model_dump_json()
+    body = turn_saved_json(turn.id, len(new_messages), job=job, skipped_reason=skipped)
     record = None
     if idempotency_key is not None and request_hash is not None:
         record = history.NewIdempotencyRecord(
             key=idempotency_key,
             request_hash=request_hash,
             response_status=status,
-            response_body=body.encode(),
+            response_body=body,
             ttl_hours=settings.idempotency_ttl_hours,
         )
     await history.save_turn(conn, turn, new_messages, job=job, record=record)
-    return TurnOutcome(status, body.encode(), replayed=False)
+    return TurnOutcome(status, body, replayed=False)
+
+
+def turn_saved_json(
+    turn_id: uuid.UUID,
+    saved_messages: int,
+    *,
+    job: history.NewJob | None,
+    skipped_reason: str | None,
+) -> bytes:
+    """The `TurnSaved` answer, written once as bytes (the tests hold it to the schema)."""
+    consolidation = (
+        {"status": "queued", "job_id": job.id, "reason": None}
+        if job is not None
+        else {"status": "skipped", "job_id": None, "reason": skipped_reason}
+    )
+    return orjson.dumps(
+        {"turn_id": turn_id, "saved_messages": saved_messages, "consolidation": consolidation}
+    )
 
 
 async def _provision_folder(database: Database, principal: Principal) -> str | None:
