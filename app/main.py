@@ -4,6 +4,7 @@ routers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -50,6 +51,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.worker_enabled:
             worker = BackgroundWorker(database, settings, app.state.metrics)
             worker.start()
+        _freeze_startup_objects()
         yield
     finally:
         if worker is not None:
@@ -57,6 +59,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await database.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+
+
+def _freeze_startup_objects() -> None:
+    """Move everything built at start-up (modules, models, routes, ~170k objects) out of the
+    cyclic collector's view: they live as long as the process, and a full collection that
+    scans them takes 70-200 ms, which every request in flight waits for. Requests' own garbage
+    is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
