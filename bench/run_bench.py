@@ -11,9 +11,11 @@ What it does (see bench/README.md and docs/benchmarks.md):
    (the reference app's, seeded per its docstring), both at the same scale (--users, default
    2,000 instead of the docstring's 10,000, to keep seeding fast).
 2. Seeds ours with the same shape: N users of one company with the context-memory flag on, each
-   with the per-user folder and ACL (folders service), a head profile version of ~8 KB (~1,800
-   tokens, under the default budget of 2,000, tokens stored) and one chat of 20 stored messages
-   (10 turns) whose contents are byte-for-byte the reference's (512 hex chars, tokens stored).
+   with the per-user folder and ACL, a head profile version of ~8 KB (~1,800 tokens, under the
+   default budget of 2,000, tokens stored) and one chat of 20 stored messages (10 turns) whose
+   contents are byte-for-byte the reference's (512 hex chars, tokens stored). bench/seed.py
+   writes them with set-based SQL and COPY (100,000 users in minutes) and checks sampled users
+   against what the app's own services write; both sides end with VACUUM ANALYZE.
    One JWT per user goes into the request lists wrk replays (bench/wrk_requests.lua).
 3. Starts the reference app (`uvicorn --workers 1 --loop uvloop --http httptools
    --no-access-log`) and our service (bench/serve_ours.py: the same uvicorn settings on
@@ -40,7 +42,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -55,7 +56,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,25 +65,31 @@ from typing import Any
 
 import asyncpg
 from pydantic import SecretStr
-from sqlalchemy import make_url, text
+from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.auth import Principal, issue_token
-from app.config import Settings, to_asyncpg_url
-from app.db import create_database, run_migrations
-from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.folders import service as folders
-from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render, render_body
-from app.profiles.versions import STORED_TOKEN_COUNTER, content_sha256
+from app.auth import issue_token
+from app.config import Settings
+from app.profiles.document import parse
+from bench import explain
+from bench.seed import (
+    COMPANY,
+    HISTORY_MESSAGES,
+    SPACE,
+    context_chat,
+    profile_document,
+    seed_ours,
+    seed_reference,
+    turns_chat,
+    user_id,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = BENCH_DIR.parent
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 OURS_DB, REFERENCE_DB = "cms_bench", "appbench"
-COMPANY, SPACE = "bench-co", "space-1"
 JWT_SECRET = "bench-only-secret-not-the-development-default"  # noqa: S105 - scratch service
-HISTORY_MESSAGES = 20  # stored messages per chat, as in the reference seed
 LUA_SCRIPT = BENCH_DIR / "wrk_requests.lua"
 REFERENCE_APP = BENCH_DIR / "reference_app.py"
 RUN_DIR = PROJECT_ROOT / "var" / "bench"
@@ -93,27 +99,6 @@ STATS_SETTLE_SECONDS = 1.0
 # The reference's turn body: 500 chars of user text and 500 of answer, the same on both sides.
 TURN_TEXT = "".join(chr(97 + (i * 7) % 26) for i in range(1, 501))
 CONTEXT_QUESTION = "What should I focus on this week, given what you know about my work?"
-
-# The reference app's seed (its docstring), with the scale as $1 instead of 10000.
-REFERENCE_SEED = (
-    "create table profile(user_id int primary key, version int not null default 1,"
-    " body text not null, updated_at timestamptz not null default now())",
-    "insert into profile(user_id, body)"
-    " select g, (select string_agg(md5(g::text || ':' || i::text), '')"
-    " from generate_series(1,256) i) from generate_series(1,$1::int) g",
-    "create table messages(id bigserial primary key, conversation_id bigint not null,"
-    " role text not null, content text not null,"
-    " created_at timestamptz not null default now())",
-    "insert into messages(conversation_id, role, content)"
-    " select c, case when m % 2 = 0 then 'user' else 'assistant' end,"
-    " (select string_agg(md5(c::text || ':' || m::text || ':' || i::text), '')"
-    " from generate_series(1,16) i)"
-    " from generate_series(1,$1::int) c, generate_series(1,20) m",
-    "create index messages_conv_id on messages(conversation_id, id)",
-    "create table jobs(id bigserial primary key, kind text not null,"
-    " conversation_id bigint not null, status text not null default 'queued',"
-    " created_at timestamptz not null default now())",
-)
 
 
 class BenchError(RuntimeError):
@@ -146,175 +131,6 @@ async def drop_databases(admin_dsn: str, names: Sequence[str]) -> None:
     try:
         for name in names:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-async def seed_reference(dsn: str, users: int) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for statement in REFERENCE_SEED:
-            if "$1" in statement:
-                await conn.execute(statement, users)
-            else:
-                await conn.execute(statement)
-        await conn.execute("VACUUM ANALYZE")
-    finally:
-        await conn.close()
-
-
-def message_content(conversation: int, message: int) -> str:
-    """The reference seed's message text: 16 md5 hex digests, 512 chars."""
-    return "".join(
-        hashlib.md5(f"{conversation}:{message}:{i}".encode(), usedforsecurity=False).hexdigest()
-        for i in range(1, 17)
-    )
-
-
-_TOPICS = (
-    "Kubernetes rollouts",
-    "PostgreSQL indexing",
-    "quarterly planning",
-    "hiring loops",
-    "incident reviews",
-    "TypeScript migrations",
-    "budget forecasts",
-    "API design",
-)
-
-
-def profile_document(user: int) -> tuple[str, int]:
-    """A valid memory.md of ~8 KB for `user`, and its stored tokens (of the body, as the
-    profile service counts them): 6 sections x 9 bullets, ~1,800 tokens."""
-    bullets = {
-        section: [
-            f"Note {n} for user {user} on {_TOPICS[(user + n + s) % len(_TOPICS)]}: prefers "
-            "short, concrete answers with one worked example, then the trade-offs spelled out "
-            f"(context {user * 31 + n * 7 + s})."
-            for n in range(9)
-        ]
-        for s, section in enumerate(SECTIONS)
-    }
-    frontmatter = Frontmatter(
-        user_id=user_id(user), last_updated=datetime(2026, 11, 1, tzinfo=UTC), turn_count=12
-    )
-    profile = Profile.from_sections(frontmatter, bullets)
-    return render(profile), STORED_TOKEN_COUNTER.count(render_body(profile))
-
-
-def user_id(user: int) -> str:
-    return f"user-{user}"
-
-
-def context_chat(user: int) -> str:
-    return f"chat-{user}"
-
-
-def turns_chat(user: int) -> str:
-    """Turn-saves go to a chat of their own, so the measured loads keep reading 20 messages."""
-    return f"turns-{user}"
-
-
-_INSERT_VERSION = text(
-    "INSERT INTO memory_versions (company_id, user_id, version, content, sha256, tokens, reason)"
-    " VALUES (:c, :u, 1, :content, :sha, :tokens, 'consolidation')"
-)
-_SET_HEAD = text("UPDATE memory_files SET head_version = 1 WHERE company_id = :c AND user_id = :u")
-
-
-async def seed_ours(url: str, settings: Settings, users: int) -> int:
-    """Flags, folders, profiles and history of `users` users; returns one profile's tokens."""
-    await asyncio.to_thread(run_migrations, to_asyncpg_url(url))
-    database = create_database(to_asyncpg_url(url), settings)
-    try:
-        async with database.sessionmaker() as session, session.begin():
-            await session.execute(
-                text(
-                    "INSERT INTO company_feature_flags (company_id, flag, enabled, updated_by)"
-                    " VALUES (:c, :f, true, 'bench')"
-                ),
-                {"c": COMPANY, "f": FLAG_CONTEXT_MEMORY},
-            )
-            await folders.ensure_root_folder(session, COMPANY)
-
-        async def seed_users(first: int, last: int) -> None:
-            async with database.sessionmaker() as session, session.begin():
-                for user in range(first, last + 1):
-                    principal = Principal(user_id(user), COMPANY, frozenset())
-                    folder_id, _ = await folders.ensure_user_folder(session, principal)
-                    await folders.ensure_memory_file(session, COMPANY, user_id(user), folder_id)
-                    document, tokens = profile_document(user)
-                    await session.execute(
-                        _INSERT_VERSION,
-                        {
-                            "c": COMPANY,
-                            "u": user_id(user),
-                            "content": document,
-                            "sha": content_sha256(document),
-                            "tokens": tokens,
-                        },
-                    )
-                    await session.execute(_SET_HEAD, {"c": COMPANY, "u": user_id(user)})
-
-        batch = 100
-        await asyncio.gather(
-            *(
-                seed_users(first, min(first + batch - 1, users))
-                for first in range(1, users + 1, batch)
-            )
-        )
-    finally:
-        await database.dispose()
-    await seed_history(plain_dsn(url), users)
-    return profile_document(1)[1]
-
-
-async def seed_history(dsn: str, users: int) -> None:
-    """10 turns of 2 messages per user's chat (user, assistant), written as the turn-save
-    writes them (turn rows, messages in id order, tokens counted with the stored counter)."""
-    turn_rows: list[tuple[Any, ...]] = []
-    message_rows: list[tuple[Any, ...]] = []
-    for user in range(1, users + 1):
-        uid, chat = user_id(user), context_chat(user)
-        turn_id = uuid.uuid4()
-        for m in range(1, HISTORY_MESSAGES + 1):
-            if m % 2 == 1:
-                turn_id = uuid.uuid4()
-                turn_rows.append((COMPANY, turn_id, uid, chat, SPACE, "auto", None))
-            role, source = ("user", "request") if m % 2 == 1 else ("assistant", "response")
-            content = message_content(user, m)
-            tokens = STORED_TOKEN_COUNTER.count(content)
-            message_rows.append((COMPANY, uid, chat, turn_id, role, content, source, tokens))
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.copy_records_to_table(
-            "turns",
-            records=turn_rows,
-            columns=[
-                "company_id",
-                "id",
-                "user_id",
-                "chat_id",
-                "space_id",
-                "history_mode",
-                "language_model",
-            ],
-        )
-        await conn.copy_records_to_table(
-            "chat_messages",
-            records=message_rows,
-            columns=[
-                "company_id",
-                "user_id",
-                "chat_id",
-                "turn_id",
-                "role",
-                "content",
-                "source",
-                "tokens",
-            ],
-        )
-        await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()
 
@@ -461,6 +277,30 @@ def process_cpu_seconds(pid: int) -> float | None:
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
     own = (utime + stime) / os.sysconf("SC_CLK_TCK")
     return own + sum(process_cpu_seconds(int(child)) or 0.0 for child in children)
+
+
+def process_memory_mb(pid: int) -> tuple[float, float] | None:
+    """(resident, peak resident) MiB of a process and its child processes, from /proc (VmRSS,
+    VmHWM); None elsewhere."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    kib = {
+        key: int(value.split()[0])
+        for key, _, value in (line.partition(":") for line in status.splitlines())
+        if key in ("VmRSS", "VmHWM")
+    }
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    rss, peak = kib.get("VmRSS", 0) / 1024, kib.get("VmHWM", 0) / 1024
+    for child in children:
+        measured = process_memory_mb(int(child))
+        if measured is not None:
+            rss, peak = rss + measured[0], peak + measured[1]
+    return rss, peak
 
 
 def free_port() -> int:
@@ -694,6 +534,8 @@ class WrkResult:
     non_2xx: int
     server_cpu_seconds: float | None = None  # user+system CPU of the server process
     new_connections: int | None = None  # opened on the server's database (approximate)
+    server_rss_mb: float | None = None  # resident memory of the server after the run
+    server_peak_rss_mb: float | None = None  # its high-water mark since the server started
 
     def wrong_status(self, expect: frozenset[int]) -> int:
         """Answers that were not the expected status (the run does not measure the call)."""
@@ -775,9 +617,14 @@ def run_wrk(wrk: str, url: str, target: Target, connections: int, duration: floa
 @dataclass
 class Measurements:
     runs: dict[tuple[str, int], list[WrkResult]] = field(default_factory=dict)
+    # (server, run, RSS MiB, peak RSS MiB) after every wrk run, in the order they ran
+    memory: list[tuple[str, int, float, float]] = field(default_factory=list)
 
-    def add(self, target: str, connections: int, result: WrkResult) -> None:
+    def add(self, target: str, connections: int, result: WrkResult, run: int = 0) -> None:
         self.runs.setdefault((target, connections), []).append(result)
+        if result.server_rss_mb is not None and result.server_peak_rss_mb is not None:
+            server = target.split(":", 1)[0]
+            self.memory.append((server, run, result.server_rss_mb, result.server_peak_rss_mb))
 
     def has(self, target: str, connections: int) -> bool:
         return bool(self.runs.get((target, connections)))
@@ -886,6 +733,23 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
     return header + "\n".join(lines) + "\n"
 
 
+def render_memory_table(measurements: Measurements) -> str:
+    """Resident memory of each server at the end of each round of runs, and its peak: a server
+    that keeps growing from round to round under the same load leaks."""
+    rounds = sorted({run for _, run, _, _ in measurements.memory})
+    lines = [
+        "| server | " + " | ".join(f"RSS after round {r} MiB" for r in rounds) + " | peak MiB |",
+        "|---|" + "---:|" * (len(rounds) + 1),
+    ]
+    for server in dict.fromkeys(server for server, _, _, _ in measurements.memory):
+        samples = [(run, rss, peak) for s, run, rss, peak in measurements.memory if s == server]
+        last = {run: rss for run, rss, _ in samples}  # the last sample of each round
+        peak = max(peak for _, _, peak in samples)
+        cells = " | ".join(number(last.get(r, math.nan)) for r in rounds)
+        lines.append(f"| {server} | {cells} | {number(peak)} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_variant_table(
     measurements: Measurements, setup: Setup, connections: Sequence[int]
 ) -> str:
@@ -926,9 +790,16 @@ def measure_one(
     cpu_after = process_cpu_seconds(server.process.pid)
     time.sleep(STATS_SETTLE_SECONDS)  # backends report their statistics when idle, late
     after = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
+    memory = process_memory_mb(server.process.pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     opened = None if before is None or after is None else after - before
-    return dataclasses.replace(result, server_cpu_seconds=cpu, new_connections=opened)
+    return dataclasses.replace(
+        result,
+        server_cpu_seconds=cpu,
+        new_connections=opened,
+        server_rss_mb=None if memory is None else memory[0],
+        server_peak_rss_mb=None if memory is None else memory[1],
+    )
 
 
 def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) -> Measurements:
@@ -950,14 +821,17 @@ def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
                     name = f"{side}:{pair}"
                     target = targets[name]
                     result = measure_one(setup, servers[side], target, c, args.duration)
-                    measurements.add(name, c, result)
+                    measurements.add(name, c, result, run + 1)
                     wrong = result.wrong_status(target.expect)
                     errors = result.socket_errors
                     print(
                         f"  run {run + 1}/{args.runs} c={c:<3} {target.label:<30} "
                         f"{result.rps:7,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
                         f"p99 {result.p99_ms:7.2f} ms  CPU {number(result.cpu_us())} µs/req  "
-                        f"new PG conns {number(result.sessions())}  {result.statuses}"
+                        f"new PG conns {number(result.sessions())}  "
+                        f"RSS {number(result.server_rss_mb or math.nan)} MiB "
+                        f"(peak {number(result.server_peak_rss_mb or math.nan)})  "
+                        f"{result.statuses}"
                         f"{f'  WRONG STATUS {wrong}' if wrong else ''}"
                         f"{f'  socket errors {errors}' if errors else ''}",
                         flush=True,
@@ -1105,6 +979,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="after the runs: EXPLAIN (ANALYZE, BUFFERS) of the hot statements (bench/explain.py)",
+    )
     args = parser.parse_args(argv)
     unknown_variants = set(args.variants) - set(VARIANTS)
     if unknown_variants:
@@ -1155,11 +1034,18 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
     print(f"seeding {args.users:,} users/conversations on both sides ...", flush=True)
     started = time.monotonic()
     asyncio.run(seed_reference(reference_dsn, args.users))
+    print(
+        f"  reference seeded in {time.monotonic() - started:.1f} s (its docstring's SQL, "
+        "VACUUM ANALYZE)",
+        flush=True,
+    )
+    started = time.monotonic()
     profile_tokens = asyncio.run(seed_ours(ours_url, settings, args.users))
     document = profile_document(1)[0]
     parse(document)  # a valid memory.md, or this raises
     print(
-        f"  seeded in {time.monotonic() - started:.1f} s; our profile {len(document):,} chars, "
+        f"  ours seeded in {time.monotonic() - started:.1f} s (bench/seed.py: SQL and COPY, "
+        f"VACUUM ANALYZE, checked); user 1's profile {len(document):,} chars, "
         f"{profile_tokens:,} tokens; {HISTORY_MESSAGES} messages of 512 chars per chat",
         flush=True,
     )
@@ -1202,6 +1088,16 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
             "\nVariants of our service vs the default one (same runs):\n",
             render_variant_table(measurements, setup, args.connections),
         ]
+    if measurements.memory:
+        report += ["\nMemory of the servers under this load:\n", render_memory_table(measurements)]
+    if args.explain:
+        user = max(1, args.users // 2)
+        plans = asyncio.run(
+            explain.hot_plans(setup.ours_url, COMPANY, user_id(user), context_chat(user), SPACE)
+        )
+        report.append(
+            "\n" + explain.report(plans, f"Plans at {args.users:,} users, after the runs")
+        )
     text_report = "\n".join(report)
     print(text_report)
     (RUN_DIR / "last_run.md").write_text(text_report)
