@@ -4,10 +4,12 @@ with the CPU time per request.
 
     .venv/bin/python bench/hot_path_quick.py [--requests 500] [--profile]
 
-Uses DATABASE_URL when set, else the embedded PostgreSQL (var/pg). Creates a scratch database,
-migrates it, seeds one user (flags on, a ~1,000-token profile, 20 stored messages) and drops it
-at the end. Sequential latency only: it shows where the time of one request goes, not
-throughput; `make bench` (wrk, uvicorn) is the real comparison, see docs/benchmarks.md.
+Uses DATABASE_URL when set, else the embedded PostgreSQL (var/pg). Creates two scratch
+databases, ours (migrated; one user: flags on, a ~1,000-token profile, 20 stored messages) and
+the reference app's (its docstring's seed at 100 users), runs `bench/reference_app.py`
+in-process beside the service, and drops both at the end. Sequential latency and CPU only: it
+shows where the time of one request goes, not throughput; `make bench` (wrk, uvicorn) is the
+real comparison, see docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
 import os
 import pstats
 import statistics
@@ -44,6 +47,7 @@ from app.main import create_app
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import repository as turns_repository
+from bench.run_bench import REFERENCE_APP, TURN_TEXT, plain_dsn, seed_reference
 
 COMPANY, USER, SPACE, CHAT = "bench-co", "bench-user", "space-1", "bench-chat"
 
@@ -172,12 +176,27 @@ async def timed(label: str, requests: int, call: Callable[[], Awaitable[None]]) 
     return mean
 
 
+def load_reference_app(dsn: str) -> Any:
+    """bench/reference_app.py as a module, reading `PG_DSN` at import as it does under uvicorn."""
+    os.environ["PG_DSN"] = dsn
+    spec = importlib.util.spec_from_file_location("reference_app", REFERENCE_APP)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.app
+
+
 async def run(server_url: str, requests: int, *, profile: bool) -> None:
     name = f"cms_bench_{uuid.uuid4().hex[:8]}"
+    reference_db = f"{name}_ref"
     admin = await asyncpg.connect(**asyncpg_params(server_url))
     await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.execute(f'CREATE DATABASE "{reference_db}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    reference_dsn = plain_dsn(url, reference_db)
     try:
+        await seed_reference(reference_dsn, 100)
         await asyncio.to_thread(run_migrations, url)
         settings = Settings(
             _env_file=None, database_url=url, worker_enabled=False, llm_provider="rules"
@@ -185,27 +204,43 @@ async def run(server_url: str, requests: int, *, profile: bool) -> None:
         app = create_app(settings)
         token = issue_token(settings, sub=USER, company_id=COMPANY)
         headers = {"Authorization": f"Bearer {token}"}
-        async with LifespanManager(app):
+        reference = load_reference_app(reference_dsn)
+        async with LifespanManager(app), LifespanManager(reference):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
                 await seed(app, client, headers)
-                await compare(AsgiCaller(app, headers), url, requests, profile=profile)
+                await compare(
+                    AsgiCaller(app, headers),
+                    AsgiCaller(reference, {}),
+                    url,
+                    requests,
+                    profile=profile,
+                )
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for database in (name, reference_db):
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await admin.close()
 
 
-async def compare(call: AsgiCaller, url: str, requests: int, *, profile: bool = False) -> None:
+async def compare(
+    call: AsgiCaller,
+    reference: AsgiCaller,
+    url: str,
+    requests: int,
+    *,
+    profile: bool = False,
+) -> None:
     context_body = orjson.dumps(
         {"space_id": SPACE, "messages": [{"role": "user", "content": "Hi there"}]}
     )
-    turn_body = orjson.dumps(
+    turn_body = orjson.dumps(  # the sizes `make bench` sends, on both sides
         {
             "space_id": SPACE,
-            "messages": [{"role": "user", "content": "Hi there"}],
-            "response": {"role": "assistant", "content": "Hello!"},
+            "messages": [{"role": "user", "content": TURN_TEXT}],
+            "response": {"role": "assistant", "content": TURN_TEXT},
         }
     )
+    reference_turn_body = orjson.dumps({"user": TURN_TEXT, "assistant": TURN_TEXT})
 
     async def context_call() -> None:
         status, body = await call("POST", f"/v1/chats/{CHAT}/context", context_body)
@@ -229,17 +264,29 @@ async def compare(call: AsgiCaller, url: str, requests: int, *, profile: bool = 
     async def healthz() -> None:
         assert (await call("GET", "/healthz"))[0] == 200
 
+    async def reference_inject() -> None:
+        assert (await reference("GET", "/apg/inject/7"))[0] == 200
+
+    async def reference_turn() -> None:
+        assert (await reference("POST", "/apg/turn/107", reference_turn_body))[0] == 200
+
+    async def reference_const() -> None:
+        assert (await reference("GET", "/const"))[0] == 200
+
     async def who_am_i() -> None:
         assert (await call("GET", "/v1/me"))[0] == 200
 
     print(f"{requests} sequential requests each (after 50 warm-up), in-process:")
     await timed("GET /healthz (the floor: no auth, no DB)", requests, healthz)
+    await timed("reference GET /const", requests, reference_const)
     await timed("GET /v1/me (floor + a cached token)", requests, who_am_i)
     ours = await timed("POST /context (full stack)", requests, context_call)
+    await timed("reference GET /apg/inject", requests, reference_inject)
     raw = await timed("raw asyncpg: the same SELECT (pool acquire + reset)", requests, raw_select)
     await timed("POST /turns (full stack)", requests, turn_call)
+    await timed("reference POST /apg/turn", requests, reference_turn)
     await pool.close()
-    print(f"  /context / raw SELECT = {ours / raw:.1f}x")
+    print(f"  /context / raw SELECT = {ours / raw:.1f}x (wall time)")
     if profile:
         for label, request in (("POST /context", context_call), ("POST /turns", turn_call)):
             profiler = cProfile.Profile()
