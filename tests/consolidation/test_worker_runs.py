@@ -84,6 +84,28 @@ async def test_twenty_turns_in_four_chats_on_two_slots_keep_every_fact_and_a_lin
     assert parse(stored[-1].content).frontmatter.turn_count == len(stored)
 
 
+async def test_a_running_worker_holds_no_more_tasks_after_jobs_than_before(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    await enable_company(client, auth)
+    handler, metrics, _ = make_handler(app)
+    worker = make_worker(app, handler, metrics, concurrency=2)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(0.1)  # both slots polling an empty queue
+        idle = len(asyncio.all_tasks())
+        for number, skill in enumerate(SKILLS[:12]):
+            await save_turn(client, auth, f"I know {skill}", user=f"user-{number}")
+
+        async def settled() -> bool:
+            return await pending_jobs(app) == 0 and len(asyncio.all_tasks()) <= idle
+
+        await wait_for(settled)  # a task left behind per job would never settle
+    finally:
+        worker.stop()
+        await running
+
+
 async def test_serve_runs_the_worker_in_process_when_enabled(
     database_url: str, auth: AuthFactory, tmp_path: Path
 ) -> None:
