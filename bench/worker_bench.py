@@ -18,9 +18,13 @@ it creates a scratch database `cms_worker_bench_<random>`, migrates it and drops
    coalescing saves.
 4. memory: the worker's resident set (VmRSS sampled while it drains, VmHWM) across the
    consecutive drains of each process.
+5. statements per consolidation, offline engine, at each concurrency: the same worker run in
+   the harness's process, 100 one-turn users (bench/worker_statements.py).
 
 Each setup's drains run `--runs` times in the same process, on new users each time; tables show
-medians. The report is printed and written to var/bench/worker_last_run.md.
+medians. About 17 minutes; `--quick` (concurrency 4, one small drain of each kind, no
+JOB_BATCH_SIZE=1 runs) under a minute. The report is printed and written to
+var/bench/worker_last_run.md; each worker's log is in var/bench/worker-N/.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from bench.worker_drain import (
     connect,
     run_drain,
 )
+from bench.worker_statements import OWNER_LOCK, OWNER_QUERY, StatementCount, count_statements
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 COMPANY = "bench-co"
@@ -96,14 +101,17 @@ def plans(args: argparse.Namespace) -> list[Plan]:
             if level == backlog_level:
                 drains += backlog * runs
             result.append(Plan(WorkerSetup(engine, level), drains))
-        result.append(Plan(WorkerSetup(engine, backlog_level, batch_size=1), backlog))
+        if not args.quick:
+            result.append(Plan(WorkerSetup(engine, backlog_level, batch_size=1), backlog))
     return result
 
 
 # --- running ----------------------------------------------------------------------------------
 
 
-async def measure(admin_url: str, latency_seconds: float, todo: Sequence[Plan]) -> list[Result]:
+async def measure(
+    admin_url: str, latency_seconds: float, todo: Sequence[Plan], counted: Sequence[int], users: int
+) -> tuple[list[Result], list[StatementCount]]:
     name = f"cms_worker_bench_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(asyncpg_dsn(admin_url))
     try:
@@ -113,6 +121,7 @@ async def measure(admin_url: str, latency_seconds: float, todo: Sequence[Plan]) 
     url = make_url(to_asyncpg_url(admin_url)).set(database=name)
     database_url = url.render_as_string(hide_password=False)
     results: list[Result] = []
+    counts: list[StatementCount] = []
     try:
         await asyncio.to_thread(run_migrations, database_url)
         db = await connect(database_url)
@@ -139,6 +148,13 @@ async def measure(admin_url: str, latency_seconds: float, todo: Sequence[Plan]) 
                             )
                             print(f"    {drain.kind}: {summary(result)}", file=sys.stderr)
                             results.append(Result(drain.kind, index, startup, result))
+                for level in counted:
+                    print(f"statements, in process, WORKER_CONCURRENCY={level}", file=sys.stderr)
+                    counts.append(
+                        await count_statements(
+                            database_url, queue, db, tag=f"c{level}", users=users, concurrency=level
+                        )
+                    )
         finally:
             await db.close()
     finally:
@@ -147,7 +163,7 @@ async def measure(admin_url: str, latency_seconds: float, todo: Sequence[Plan]) 
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
-    return results
+    return results, counts
 
 
 @dataclass(frozen=True)
@@ -212,7 +228,12 @@ def _groups(results: Sequence[Result], kind: str, engine: str) -> list[list[Drai
     return list(by_setup.values())
 
 
-def render(results: Sequence[Result], args: argparse.Namespace, server_version: str) -> str:
+def render(
+    results: Sequence[Result],
+    counts: Sequence[StatementCount],
+    args: argparse.Namespace,
+    server_version: str,
+) -> str:
     latency = args.latency_ms / 1000
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = " (app/ had uncommitted changes)" if _git("status", "--porcelain", "--", "app") else ""
@@ -315,6 +336,20 @@ def render(results: Sequence[Result], args: argparse.Namespace, server_version: 
             f"| {setup.label} | {_mb(start.rss_kb) if start else '?'} | {after} | {peaks}"
             f" | {_mb(last.hwm_kb) if last else '?'} |"
         )
+    lines += [
+        "",
+        "## 5. Statements per consolidation (offline engine, worker in the harness's process)",
+        "",
+        "| WORKER_CONCURRENCY | consolidations | statements | owner queries | owner lock attempts"
+        " | CPU ms/consolidation | consolidations/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {c.concurrency} | {c.claims} | {c.per_claim():.1f} | {c.per_claim(OWNER_QUERY):.2f}"
+        f" | {c.per_claim(OWNER_LOCK):.2f} | {1000 * c.cpu_seconds / c.claims:.1f}"
+        f" | {c.claims / c.seconds:.1f} |"
+        for c in counts
+    ]
     failed = [r.drain for r in results if not r.drain.clean]
     lines += ["", f"Drains with dead, pending or timed-out jobs: {len(failed)}."]
     lines += [f"- {r.setup.label} {r.tag}: {summary(r)}" for r in failed]
@@ -327,13 +362,14 @@ async def main_async(args: argparse.Namespace) -> int:
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     todo = plans(args)
-    results = await measure(args.admin_url, args.latency_ms / 1000, todo)
+    counted, users = ([4], 20) if args.quick else (args.concurrency, 100)
+    results, counts = await measure(args.admin_url, args.latency_ms / 1000, todo, counted, users)
     admin = await asyncpg.connect(asyncpg_dsn(args.admin_url))
     try:
         server_version = await admin.fetchval("SHOW server_version")
     finally:
         await admin.close()
-    report = render(results, args, str(server_version).split()[0])
+    report = render(results, counts, args, str(server_version).split()[0])
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     REPORT_PATH.write_text(report, encoding="utf-8")
     print(report)
@@ -342,7 +378,11 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a small version, under a minute")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small version (under a minute): concurrency 4, 1 drain, no JOB_BATCH_SIZE=1 runs",
+    )
     parser.add_argument("--runs", type=int, default=3, help="drains per setup (median)")
     parser.add_argument("--latency-ms", type=float, default=200.0, help="the stub's latency")
     parser.add_argument(

@@ -38,7 +38,6 @@ from bench.fixed_latency_llm import FixedLatencyLLM, StubStats
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SPACE = "space-1"
 JWT_SECRET = "worker-bench-only-secret-not-the-development-default"  # noqa: S105 - scratch
-PENDING = ("queued", "running", "retrying")
 POLL_SECONDS = 0.02
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -403,7 +402,7 @@ SELECT count(*) AS jobs,
 """Jobs of one claim are completed in one transaction, so they share `finished_at` (its
 `now()`); a user's claims never overlap, so (user, finished_at) identifies a claim."""
 
-_PENDING = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'retrying')"
+PENDING_JOBS = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'retrying')"
 
 
 async def run_drain(
@@ -428,7 +427,7 @@ async def run_drain(
     started = time.perf_counter()
     worker.resume()
     timed_out = False
-    while await db.fetchval(_PENDING):
+    while await db.fetchval(PENDING_JOBS):
         if worker.exited:
             raise RuntimeError(f"the worker exited during the drain:\n{worker.log_tail()}")
         peak_rss = max(peak_rss, read_memory(worker.pid).rss_kb)

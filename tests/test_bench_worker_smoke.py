@@ -1,6 +1,7 @@
 """The worker benchmark's harness at toy scale, so bench/worker_bench.py cannot silently rot: turns
-saved through the app are drained by a real `python -m app worker` process, and the benchmark's
-fixed-latency model server answers the real pipeline with valid gate and operations replies."""
+saved through the app are drained by a real `python -m app worker` process, the benchmark's
+fixed-latency model server answers the real pipeline with valid gate and operations replies, and
+the in-process statement count sees the claims."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from app.llm import OpenAIChatModel
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.worker_drain import TurnQueue, WorkerProcess, WorkerSetup, connect, run_drain
+from bench.worker_statements import OWNER_LOCK, OWNER_QUERY, count_statements
 from tests.consolidation.test_pipeline import make_handler, make_worker, rows
 
 
@@ -67,3 +69,21 @@ async def test_the_fixed_latency_model_answers_the_pipeline_with_gate_and_operat
         app, "SELECT count(*) AS n FROM memory_versions WHERE company_id = 'smoke-stub'"
     )
     assert count.n == 2
+
+
+async def test_the_statement_count_sees_one_owner_lock_per_claim_on_a_single_slot(
+    database_url: str,
+) -> None:
+    db = await connect(database_url)
+    try:
+        async with TurnQueue(database_url, "smoke-count") as queue:
+            count = await count_statements(
+                database_url, queue, db, tag="count", users=3, concurrency=1
+            )
+    finally:
+        await db.close()
+
+    assert count.claims == 3
+    assert count.statements[OWNER_LOCK] == 3  # one slot never races itself for an owner
+    assert count.statements[OWNER_QUERY] >= 3
+    assert count.per_claim() > count.per_claim(OWNER_QUERY) + count.per_claim(OWNER_LOCK)

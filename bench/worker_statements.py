@@ -1,0 +1,100 @@
+"""The SQL statements the consolidation worker sends per consolidation, counted in process.
+
+The measured worker of bench/worker_bench.py is a child process, out of reach of SQLAlchemy's
+events; this runs the same `Worker` and pipeline (offline engine, the app's default settings but
+WORKER_CONCURRENCY) inside the harness, on its own engine, and counts every statement it executes
+(`before_cursor_execute`; BEGIN and COMMIT are not cursor executions with asyncpg). Two kinds are
+counted apart: the claim's search for the oldest claimable owner and its advisory-lock attempt,
+which repeat when concurrent slots race for the same owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import SecretStr
+from sqlalchemy import event
+
+from app.config import Settings, to_asyncpg_url
+from app.consolidation.pipeline import make_consolidation_handler
+from app.consolidation.runner import worker_config
+from app.consolidation.worker import Worker
+from app.db import create_database
+from app.observability import Metrics
+from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue
+
+OWNER_QUERY = "owner query"
+OWNER_LOCK = "owner lock attempt"
+OTHER = "other"
+
+
+def statement_kind(statement: str) -> str:
+    if " ".join(statement.split()).startswith("SELECT jobs.company_id, jobs.user_id FROM jobs"):
+        return OWNER_QUERY
+    if "pg_try_advisory_xact_lock" in statement:
+        return OWNER_LOCK
+    return OTHER
+
+
+@dataclass(frozen=True)
+class StatementCount:
+    concurrency: int
+    claims: int
+    seconds: float
+    cpu_seconds: float
+    """Of the whole harness process over the drain (its polling is a small part of it)."""
+    statements: Counter[str]
+
+    def per_claim(self, kind: str | None = None) -> float:
+        count = self.statements.total() if kind is None else self.statements[kind]
+        return count / self.claims if self.claims else 0.0
+
+
+async def count_statements(
+    database_url: str, queue: TurnQueue, db: Any, *, tag: str, users: int, concurrency: int
+) -> StatementCount:
+    """Queue one turn for each of `users` new users, drain them with an in-process worker of
+    `concurrency` slots, and count its statements."""
+    await queue.queue(tag, users, 1)
+    settings = Settings(
+        _env_file=None,
+        environment="test",
+        database_url=database_url,
+        jwt_secret=SecretStr(JWT_SECRET),
+        llm_provider="rules",
+        worker_concurrency=concurrency,
+    )
+    database = create_database(to_asyncpg_url(database_url), settings)
+    metrics = Metrics()
+    handler = make_consolidation_handler(database, settings, None, metrics)
+    worker = Worker(database.engine, handler, worker_config(settings), metrics)
+    counts: Counter[str] = Counter()
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        counts[statement_kind(statement)] += 1
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
+    started, cpu_before = time.perf_counter(), time.process_time()
+    running = asyncio.create_task(worker.run())
+    try:
+        pending = True
+        while pending:
+            await asyncio.sleep(POLL_SECONDS)
+            pending = bool(await db.fetchval(PENDING_JOBS))
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_before
+    finally:
+        worker.stop()
+        await running
+        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
+        await database.dispose()
+    claims = await db.fetchval(
+        "SELECT count(DISTINCT (user_id, finished_at)) FROM jobs"
+        " WHERE company_id = $1 AND user_id LIKE $2 AND status = 'succeeded'",
+        queue.company,
+        f"{tag}-u%",
+    )
+    return StatementCount(concurrency, claims, seconds, cpu_seconds, counts)
