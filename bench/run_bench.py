@@ -77,13 +77,14 @@ from bench.seed import (
     COMPANY,
     HISTORY_MESSAGES,
     SPACE,
+    check_against_reference,
     context_chat,
     profile_document,
     seed_ours,
-    seed_reference,
     turns_chat,
     user_id,
 )
+from bench.seed import seed_reference as seed_reference  # noqa: PLC0414 - hot_path_quick.py
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = BENCH_DIR.parent
@@ -1043,6 +1044,7 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
     profile_tokens = asyncio.run(seed_ours(ours_url, settings, args.users))
     document = profile_document(1)[0]
     parse(document)  # a valid memory.md, or this raises
+    asyncio.run(check_against_reference(ours_url, reference_dsn, args.users))
     print(
         f"  ours seeded in {time.monotonic() - started:.1f} s (bench/seed.py: SQL and COPY, "
         f"VACUUM ANALYZE, checked); user 1's profile {len(document):,} chars, "
