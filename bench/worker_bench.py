@@ -8,7 +8,7 @@ it creates a scratch database `cms_worker_bench_<random>`, migrates it and drops
 (also on a failure or Ctrl-C). Turns are saved through the app's turn-save route
 (bench/worker_drain.py), one worker process (`python -m app worker`) per setup drains them:
 
-1. throughput, offline engine (LLM_PROVIDER=rules): one turn for each of 300 new users per
+1. throughput, offline engine (LLM_PROVIDER=rules): one turn for each of 150 new users per
    drain, at each WORKER_CONCURRENCY; consolidations (claims) per second.
 2. throughput, model at a fixed latency (LLM_PROVIDER=openai against bench/fixed_latency_llm.py,
    200 ms per call): 24 × concurrency users with one turn each; consolidations and model calls
@@ -22,7 +22,7 @@ it creates a scratch database `cms_worker_bench_<random>`, migrates it and drops
    the harness's process, 100 one-turn users (bench/worker_statements.py).
 
 Each setup's drains run `--runs` times in the same process, on new users each time; tables show
-medians. About 17 minutes; `--quick` (concurrency 4, one small drain of each kind, no
+medians. About 15 minutes; `--quick` (concurrency 4, one small drain of each kind, no
 JOB_BATCH_SIZE=1 runs) under a minute. The report is printed and written to
 var/bench/worker_last_run.md; each worker's log is in var/bench/worker-N/.
 """
@@ -88,7 +88,7 @@ def plans(args: argparse.Namespace) -> list[Plan]:
     """Setups in the order they run, each one worker process."""
     runs = 1 if args.quick else args.runs
     levels = [4] if args.quick else args.concurrency
-    rules_users, backlog_users, backlog_turns = (50, 10, 3) if args.quick else (300, 100, 10)
+    rules_users, backlog_users, backlog_turns = (50, 10, 3) if args.quick else (150, 100, 10)
     backlog_level = max(levels) if args.quick else 16
     backlog = (Drain(BACKLOG, backlog_users, backlog_turns),)
     result: list[Plan] = []
@@ -248,8 +248,8 @@ def render(
         f" Python {platform.python_version()}",
         "- Worker: one `python -m app worker` process per setup, LOG_LEVEL=WARNING, other settings"
         " at the app's defaults (WORKER_POLL_SECONDS=1, JOB_BATCH_SIZE=10, DB_POOL_SIZE=20)."
-        " Turns are queued with the worker stopped (SIGSTOP); a drain is timed from SIGCONT until"
-        " no job is queued, running or retrying (polled every 20 ms).",
+        " Turns are queued with the worker stopped (SIGSTOP), then VACUUM ANALYZE; a drain is"
+        " timed from SIGCONT until no job is queued, running or retrying (polled every 20 ms).",
         "- A consolidation (claim) is one pipeline run over one user's coalesced jobs;"
         f" medians of {1 if args.quick else args.runs} drain(s) on new users, (min–max).",
         "",

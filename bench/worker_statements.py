@@ -60,6 +60,7 @@ async def count_statements(
     """Queue one turn for each of `users` new users, drain them with an in-process worker of
     `concurrency` slots, and count its statements."""
     await queue.queue(tag, users, 1)
+    await db.execute("VACUUM ANALYZE")  # as run_drain does
     settings = Settings(
         _env_file=None,
         environment="test",
