@@ -283,14 +283,17 @@ class WorkerProcess:
             self._process = await asyncio.create_subprocess_exec(
                 *self.command(), cwd=self.workdir, env=self._env, stdout=log, stderr=log
             )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while not self.heartbeat.exists():
-            if self._process.returncode is not None or time.monotonic() > deadline:
-                await self._stop()
-                raise RuntimeError(f"the worker did not start:\n{self.log_tail()}")
-            await asyncio.sleep(0.05)
-        self.pause()
-        self.startup_memory = read_memory(self.pid)
+        try:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+            while not self.heartbeat.exists():
+                if self._process.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the worker did not start:\n{self.log_tail()}")
+                await asyncio.sleep(0.05)
+            self.pause()
+            self.startup_memory = read_memory(self.pid)
+        except BaseException:  # also cancelled (SIGTERM, Ctrl-C): no orphaned worker
+            await self._stop()
+            raise
         return self
 
     async def __aexit__(
