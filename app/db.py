@@ -56,6 +56,12 @@ class DriverPool:
     that broke (database restarted) is discarded by asyncpg when it is released, so the
     failure is one 503 and the next request reconnects.
 
+    Requests wait for a connection in arrival order (`asyncio.Semaphore` hands its slots out
+    first come, first served), not in asyncpg's queue, where a request that just arrived can
+    take a released connection before one woken to take it, which sends the woken one to the
+    back of the line: under more concurrent requests than connections that unfairness is the
+    latency tail.
+
     Released connections skip asyncpg's session reset (`pg_advisory_unlock_all(); CLOSE ALL;
     UNLISTEN *; RESET ALL`, one round trip per request): the hot path leaves no session state
     behind (transaction-level advisory locks only, no cursors, no LISTEN, no SET). An open
@@ -68,6 +74,7 @@ class DriverPool:
         self._timeout = timeout
         self._pool: asyncpg.Pool | None = None
         self._opening = asyncio.Lock()
+        self._turns = asyncio.Semaphore(max_size)
         self._query_loggers: list[Callable[[Any], object]] = []
 
     async def _opened(self) -> asyncpg.Pool:
@@ -84,19 +91,26 @@ class DriverPool:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for one request; waiting longer than the connect timeout for one is a
+        `TimeoutError` (answered 503, like a pool exhausted while the database is down)."""
         pool = self._pool or await self._opened()
-        async with pool.acquire(timeout=self._timeout) as conn:
-            if not self._query_loggers:
-                yield conn
-                return
-            loggers = list(self._query_loggers)
-            for logger in loggers:
-                conn.add_query_logger(logger)
-            try:
-                yield conn
-            finally:
+        async with asyncio.timeout(self._timeout):
+            await self._turns.acquire()
+        try:
+            async with pool.acquire(timeout=self._timeout) as conn:
+                if not self._query_loggers:
+                    yield conn
+                    return
+                loggers = list(self._query_loggers)
                 for logger in loggers:
-                    conn.remove_query_logger(logger)
+                    conn.add_query_logger(logger)
+                try:
+                    yield conn
+                finally:
+                    for logger in loggers:
+                        conn.remove_query_logger(logger)
+        finally:
+            self._turns.release()
 
     def add_query_logger(self, logger: Callable[[Any], object]) -> None:
         """Call `logger` with asyncpg's `LoggedQuery` for every statement (BEGIN and COMMIT
