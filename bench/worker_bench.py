@@ -1,7 +1,7 @@
 """The consolidation worker's throughput, backlog drain time and memory, as a Markdown report.
 
     .venv/bin/python bench/worker_bench.py [--quick] [--runs 3] [--latency-ms 200]
-        [--concurrency 1,4,16]
+        [--concurrency 1,4,16] [--only rules,stub,statements]
 
 With the admin connection DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/postgres)
 it creates a scratch database `cms_worker_bench_<random>`, migrates it and drops it at the end
@@ -93,6 +93,8 @@ def plans(args: argparse.Namespace) -> list[Plan]:
     backlog = (Drain(BACKLOG, backlog_users, backlog_turns),)
     result: list[Plan] = []
     for engine in ("rules", "stub"):
+        if engine not in args.only:
+            continue
         for level in sorted(set(levels) | {backlog_level}):
             drains: tuple[Drain, ...] = ()
             if level in levels:
@@ -363,6 +365,8 @@ async def main_async(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     todo = plans(args)
     counted, users = ([4], 20) if args.quick else (args.concurrency, 100)
+    if "statements" not in args.only:
+        counted = []
     results, counts = await measure(args.admin_url, args.latency_ms / 1000, todo, counted, users)
     admin = await asyncpg.connect(asyncpg_dsn(args.admin_url))
     try:
@@ -390,6 +394,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=lambda value: [int(part) for part in value.split(",")],
         default=[1, 4, 16],
         help="WORKER_CONCURRENCY levels of the throughput drains",
+    )
+    parser.add_argument(
+        "--only",
+        type=lambda value: set(value.split(",")),
+        default={"rules", "stub", "statements"},
+        help="what to run, a subset of rules,stub,statements (default: all)",
     )
     parser.add_argument("--admin-url", default=os.environ.get("DATABASE_URL") or DEFAULT_ADMIN_URL)
     return asyncio.run(main_async(parser.parse_args(argv)))
