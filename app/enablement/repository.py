@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, literal, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import ScalarSelect
 
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
@@ -229,61 +228,7 @@ async def upsert_user_setting(
     await session.execute(statement)
 
 
-# --- the hot-path read --------------------------------------------------------------------------
-
-
-async def select_enablement_inputs(
-    session: AsyncSession, company_id: str, space_id: str, user_id: str
-) -> EnablementInputs:
-    """Both flags, the space's settings and the user's setting in ONE statement.
-
-    `SELECT (flag subqueries), space columns, (user subquery) FROM (SELECT 1) LEFT JOIN
-    space_settings ...`: always exactly one row, with NULLs for whatever was never saved.
-    """
-
-    def flag(name: str) -> ScalarSelect[bool]:
-        return (
-            select(CompanyFeatureFlag.enabled)
-            .where(CompanyFeatureFlag.company_id == company_id, CompanyFeatureFlag.flag == name)
-            .scalar_subquery()
-        )
-
-    user_setting = (
-        select(UserSettings.context_memory)
-        .where(UserSettings.company_id == company_id, UserSettings.user_id == user_id)
-        .scalar_subquery()
-    )
-    one = select(literal(1).label("one")).subquery("one")
-    statement = select(
-        flag(FLAG_CONTEXT_MEMORY).label("flag_context_memory"),
-        flag(FLAG_ALLOW_WITH_WEB_SEARCH).label("flag_allow"),
-        user_setting.label("user_context_memory"),
-        SpaceSettings.space_id,
-        *_SPACE_COLUMNS,
-    ).select_from(one.outerjoin(SpaceSettings, and_(*_space_key(company_id, space_id))))
-    row = (await session.execute(statement)).one()
-
-    flags = CompanyFlags(
-        context_memory=bool(row.flag_context_memory),
-        allow_with_web_search=bool(row.flag_allow),
-    )
-    space = SpaceRecord()
-    if row.space_id is not None:
-        space = SpaceRecord(
-            context_memory=row.context_memory,
-            web_search=row.web_search,
-            user_memory=UserMemoryConfig(
-                row.use_orchestrator_language_model, row.language_model, row.max_tokens
-            ),
-            saved=True,
-            updated_at=row.updated_at,
-            updated_by=row.updated_by,
-        )
-    user = None if row.user_context_memory is None else UserState(row.user_context_memory)
-    return EnablementInputs(flags, space, user)
-
-
-# --- the same inputs as fragments of the orchestrator's one-statement reads (app/turns) ---------
+# --- the hot-path read, and its fragments for the orchestrator's one-statement reads (app/turns) --
 
 # Columns and joins over `FROM (SELECT 1) AS one`, with the parameters of `enablement_params`.
 ENABLEMENT_COLUMNS = """
@@ -310,7 +255,7 @@ def enablement_params(company_id: str, user_id: str, space_id: str) -> dict[str,
     }
 
 
-def enablement_inputs_of(row: Mapping[str, Any]) -> EnablementInputs:
+def enablement_inputs_of(row: Mapping[Any, Any]) -> EnablementInputs:
     """The `ENABLEMENT_COLUMNS` of a row as the decision's inputs."""
     flags = CompanyFlags(
         context_memory=bool(row["flag_context_memory"]),
@@ -332,6 +277,20 @@ def enablement_inputs_of(row: Mapping[str, Any]) -> EnablementInputs:
     user_setting = row["user_context_memory"]
     user = None if user_setting is None else UserState(bool(user_setting))
     return EnablementInputs(flags, space, user)
+
+
+_ENABLEMENT_INPUTS = text(f"SELECT {ENABLEMENT_COLUMNS}\nFROM (SELECT 1) AS one{ENABLEMENT_JOINS}")
+
+
+async def select_enablement_inputs(
+    session: AsyncSession, company_id: str, space_id: str, user_id: str
+) -> EnablementInputs:
+    """Both flags, the space's settings and the user's setting in ONE statement, composed of the
+    same fragments as the orchestrator's reads: always exactly one row, with NULLs for whatever
+    was never saved."""
+    params = enablement_params(company_id, user_id, space_id)
+    row = (await session.execute(_ENABLEMENT_INPUTS, params)).one()
+    return enablement_inputs_of(row._mapping)
 
 
 # --- opt-out: the user's memory, other domains' tables, deleted explicitly ------------------------

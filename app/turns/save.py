@@ -12,6 +12,7 @@ fails leaves only that folder, which the next turn would have created anyway.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 
@@ -74,25 +75,9 @@ async def save_turn(
         texts=[("response.content", request.response.content)],
     )
     async with database.driver.connection() as conn:
-        if idempotency_key is None:
-            return await _save(
-                conn,
-                database,
-                principal,
-                chat_id,
-                request,
-                idempotency_key=None,
-                settings=settings,
-                refuse_skipped=refuse_skipped,
-            )
-        async with conn.transaction():
-            if not await repository.try_lock_idempotency_key(
-                conn, principal.company_id, principal.user_id, idempotency_key
-            ):
-                raise Conflict(
-                    "A request with this Idempotency-Key is still in progress; retry later.",
-                    headers={"Retry-After": "1"},
-                )
+        # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
+        keyed = idempotency_key is not None
+        async with conn.transaction() if keyed else contextlib.nullcontext():
             return await _save(
                 conn,
                 database,
@@ -118,7 +103,14 @@ async def _save(
 ) -> TurnOutcome:
     company_id, user_id = principal.company_id, principal.user_id
     request_hash = None
-    if idempotency_key is not None:
+    if idempotency_key is not None:  # inside the caller's transaction: the lock lasts until COMMIT
+        if not await repository.try_lock_idempotency_key(
+            conn, company_id, user_id, idempotency_key
+        ):
+            raise Conflict(
+                "A request with this Idempotency-Key is still in progress; retry later.",
+                headers={"Retry-After": "1"},
+            )
         request_hash = idempotency.request_hash(chat_id, request)
     row = await repository.select_turn_settings(
         conn, company_id, user_id, request.space_id, idempotency_key
