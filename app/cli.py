@@ -147,7 +147,7 @@ async def _run_worker(settings: Settings) -> None:
 
 
 def _worker_check(settings: Settings) -> int:
-    from app.consolidation.worker import heartbeat_is_fresh  # noqa: PLC0415
+    from app.jobs.worker import heartbeat_is_fresh  # noqa: PLC0415
 
     path = settings.worker_heartbeat_file
     if heartbeat_is_fresh(path, heartbeat_max_age_seconds(settings)):

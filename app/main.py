@@ -14,8 +14,6 @@ from starlette.responses import Response
 from app import auth, operations
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
-from app.consolidation import jobs_router
-from app.consolidation import router as consolidation_router
 from app.consolidation.runner import BackgroundWorker
 from app.conversations import router as conversations_router
 from app.db import create_database, head_revision, run_migrations
@@ -23,10 +21,13 @@ from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
 from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
+from app.jobs import router as jobs_router
 from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
+from app.turns import explicit_router
 from app.turns import router as turns_router
+from app.turns.repository import prune_idempotency_keys
 
 API_DESCRIPTION = """
 Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
@@ -49,7 +50,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     worker: BackgroundWorker | None = None
     try:
         if settings.worker_enabled:
-            worker = BackgroundWorker(database, settings, app.state.metrics)
+            worker = BackgroundWorker(
+                database, settings, app.state.metrics, maintenance=(prune_idempotency_keys,)
+            )
             worker.start()
         _freeze_startup_objects()
         yield
@@ -106,6 +109,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(folders_router.router)
     app.include_router(profiles_router.router)
     app.include_router(jobs_router.router)
-    app.include_router(consolidation_router.router)
+    app.include_router(explicit_router.router)
     app.include_router(conversations_router.router)
     return app

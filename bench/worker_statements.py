@@ -20,10 +20,11 @@ from pydantic import SecretStr
 from sqlalchemy import event
 
 from app.config import Settings, to_asyncpg_url
+from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import make_consolidation_handler
 from app.consolidation.runner import worker_config
-from app.consolidation.worker import Worker
 from app.db import create_database
+from app.jobs.worker import Worker
 from app.observability import Metrics
 from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue
 
@@ -72,7 +73,13 @@ async def count_statements(
     database = create_database(to_asyncpg_url(database_url), settings)
     metrics = Metrics()
     handler = make_consolidation_handler(database, settings, None, metrics)
-    worker = Worker(database.engine, handler, worker_config(settings), metrics)
+    worker = Worker(
+        database.engine,
+        dict.fromkeys(KINDS, handler),
+        worker_config(settings),
+        metrics,
+        coalesce=COALESCING,
+    )
     counts: Counter[str] = Counter()
 
     def count(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:

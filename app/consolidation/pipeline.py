@@ -20,6 +20,7 @@ from typing import Final
 
 from app.config import Settings
 from app.consolidation.exchanges import select_exchanges
+from app.consolidation.kinds import CONDENSATION, CONSOLIDATION
 from app.consolidation.prompts import (
     MalformedModelOutput,
     condensation_prompt,
@@ -30,12 +31,12 @@ from app.consolidation.prompts import (
     parse_rewrite,
     rewrite_prompt,
 )
-from app.consolidation.queue import ClaimedJob, JobOutcome, JobRef, complete_jobs
 from app.consolidation.rules import Exchange, consolidate_with_rules
-from app.consolidation.worker import JobFailure, JobHandler
 from app.db import Database
 from app.enablement.service import load_enablement
 from app.errors import NotFound
+from app.jobs.queue import ClaimedJob, JobOutcome, JobRef, complete_jobs
+from app.jobs.worker import JobFailure, JobHandler
 from app.llm import (
     ChatModel,
     ChatRequest,
@@ -230,7 +231,7 @@ class ConsolidationPipeline:
             profile, version = await load_profile(session, company_id, user_id)
             turn_ids = [turn for job, _ in enabled for turn in _turn_ids(job)]
             found = await select_exchanges(session, company_id, user_id, turn_ids)
-        if claimed.kind == "consolidation" and not found:
+        if claimed.kind == CONSOLIDATION and not found:
             return None
         newest, budget = enabled[-1]  # the newest turn's space sets the budget and the model
         return Snapshot(
@@ -246,7 +247,7 @@ class ConsolidationPipeline:
 
     async def _decide(self, claimed: ClaimedJob, snapshot: Snapshot, usage: Usage) -> Change | None:
         now = self.clock()
-        if claimed.kind == "condensation":
+        if claimed.kind == CONDENSATION:
             if self._fits(snapshot.profile, snapshot):
                 return None
             return await self._fit(snapshot, snapshot.profile, (), "condensation", usage)

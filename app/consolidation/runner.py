@@ -1,20 +1,22 @@
-"""The worker as the service runs it: the consolidation pipeline, the language-model client and
-the housekeeping steps, wired into a `Worker` that lives as a task of the running event loop
-(started by the lifespan of `serve` when `WORKER_ENABLED`, and of `python -m app worker`).
+"""The worker as the service runs it: the consolidation pipeline registered for this domain's
+job kinds, the language-model client, and the housekeeping steps the caller hands in, wired
+into a `Worker` that lives as a task of the running event loop (started by the lifespan of
+`serve` when `WORKER_ENABLED`, and of `python -m app worker`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from app.config import Settings
+from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import make_consolidation_handler
-from app.consolidation.worker import Worker, WorkerConfig
 from app.db import Database
+from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.llm import create_chat_model
 from app.observability import Metrics
-from app.turns.repository import prune_idempotency_keys
 
 logger = logging.getLogger("app.consolidation")
 
@@ -32,20 +34,29 @@ def worker_config(settings: Settings) -> WorkerConfig:
 class BackgroundWorker:
     """The worker as a task of the running event loop, with its language-model client.
 
-    Started by the lifespan of `serve` (when `WORKER_ENABLED`) and of `python -m app worker`.
-    `stop()` stops claiming, lets running jobs finish within the worker's grace period (the
-    rest are released to the queue), then closes the model client.
+    Started by the lifespan of `serve` (when `WORKER_ENABLED`) and of `python -m app worker`,
+    which hand in the other domains' `maintenance` steps. `stop()` stops claiming, lets running
+    jobs finish within the worker's grace period (the rest are released to the queue), then
+    closes the model client.
     """
 
-    def __init__(self, database: Database, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        maintenance: Sequence[Maintenance] = (),
+    ) -> None:
         self._chat_model = create_chat_model(settings)
         handler = make_consolidation_handler(database, settings, self._chat_model, metrics)
         self.worker = Worker(
             database.engine,
-            handler,
+            dict.fromkeys(KINDS, handler),
             worker_config(settings),
             metrics,
-            maintenance=(prune_idempotency_keys,),
+            coalesce=COALESCING,
+            maintenance=maintenance,
         )
         self._task: asyncio.Task[None] | None = None
 

@@ -16,14 +16,13 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.consolidation.queue import JobKind, JobPayload
 from app.conversations.modes import Message, MessageSource, Role
 from app.db import positional
 from app.errors import Conflict
+from app.jobs.queue import ENQUEUE_JOB_CTE, NewJob, enqueue_params
 
 
 @dataclass(frozen=True)
@@ -45,16 +44,6 @@ class NewMessage:
     content: str
     source: MessageSource
     tokens: int
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """A queued job, written exactly as `consolidation.queue.enqueue_job` writes one."""
-
-    id: uuid.UUID
-    kind: JobKind
-    payload: JobPayload
-    max_attempts: int
 
 
 @dataclass(frozen=True)
@@ -103,13 +92,6 @@ WITH chat_lock AS MATERIALIZED (
     RETURNING 1
 )"""
 
-_JOB = """, job AS (
-    INSERT INTO jobs
-        (company_id, id, user_id, kind, status, payload, attempts, max_attempts, created_at)
-    VALUES (:company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
-            CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp())
-)"""
-
 # Called only while holding the key's advisory lock and after reading no live record, so the
 # conflict branch only ever replaces an expired record; `stored = 0` means that did not hold.
 _IDEMPOTENCY = """, idempotency AS (
@@ -131,7 +113,11 @@ _IDEMPOTENCY = """, idempotency AS (
 def _save_turn_statement(with_job: bool, with_record: bool) -> tuple[str, tuple[str, ...]]:
     stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
     # constant fragments of this module, never user input
-    parts = [_TURN_AND_MESSAGES, _JOB if with_job else "", _IDEMPOTENCY if with_record else ""]
+    parts = [
+        _TURN_AND_MESSAGES,
+        ENQUEUE_JOB_CTE if with_job else "",
+        _IDEMPOTENCY if with_record else "",
+    ]
     parts.append(f"\nSELECT (SELECT count(*) FROM message) AS saved, {stored} AS stored")  # noqa: S608
     return positional("".join(parts))
 
@@ -175,12 +161,7 @@ async def save_turn(
         "tokens": [m.tokens for m in messages],
     }
     if job is not None:
-        params |= {
-            "job_id": job.id,
-            "job_kind": job.kind,
-            "job_payload": orjson.dumps(job.payload).decode(),
-            "job_max_attempts": job.max_attempts,
-        }
+        params |= enqueue_params(job)
     if record is not None:
         params |= {
             "idempotency_key": record.key,

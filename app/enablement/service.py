@@ -10,7 +10,6 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
-from app.consolidation.jobs import delete_user_jobs
 from app.enablement import audit, repository
 from app.enablement.audit import AuditRecord, changed_fields
 from app.enablement.decision import (
@@ -28,6 +27,7 @@ from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.errors import Conflict, Unprocessable
 from app.folders import service as folders
+from app.jobs.repository import delete_user_jobs
 from app.pagination import Page, PageRequest, page_of
 
 SPACE_ENABLED_REASON = (

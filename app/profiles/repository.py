@@ -17,11 +17,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
-from app.consolidation.models import Job
 from app.conversations.models import ChatMessage, Turn
 from app.db import Base
 from app.enablement.audit import AuditRecord
 from app.enablement.models import AuditEvent, UserSettings
+from app.jobs.models import Job
 from app.pagination import Page, PageRequest, page_of
 from app.profiles.document import Operation, Profile, render
 from app.profiles.models import MemoryFile, MemoryVersion

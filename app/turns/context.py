@@ -18,7 +18,7 @@ from typing import Literal
 
 from app.auth import Principal
 from app.config import Settings
-from app.consolidation.queue import JobPayload
+from app.consolidation.kinds import CONDENSATION, condensation_payload
 from app.conversations.modes import (
     HistoryPlan,
     Message,
@@ -34,6 +34,7 @@ from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
+from app.jobs.queue import enqueue_job_once
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
 from app.profiles.versions import STORED_TOKEN_COUNTER
@@ -214,18 +215,17 @@ async def _memory(
     reason = f"Context memory is enabled; profile version {profile.version} is injected."
     job_id = None
     if profile.tokens > budget:
-        payload: JobPayload = {"space_id": space_id, "version": str(profile.version)}
         config = row.settings.space.user_memory
-        if not config.use_orchestrator_language_model:
-            # the orchestrator's model is unknown at load time: without a configured one the
-            # worker uses its default
-            payload["model"] = config.language_model
+        # the orchestrator's model is unknown at load time: without a configured one the worker
+        # uses its default
+        model = None if config.use_orchestrator_language_model else config.language_model
         async with database.sessionmaker() as session, session.begin():
-            job_id, _ = await repository.enqueue_condensation_once(
+            job_id, _ = await enqueue_job_once(
                 session,
-                principal.company_id,
-                principal.user_id,
-                payload=payload,
+                company_id=principal.company_id,
+                user_id=principal.user_id,
+                kind=CONDENSATION,
+                payload=condensation_payload(space_id, profile.version, model),
                 max_attempts=settings.job_max_attempts,
             )
         reason += (

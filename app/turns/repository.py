@@ -1,5 +1,5 @@
 """SQL of the orchestrator's two calls: the single SELECT behind `/context`, the settings read
-of `/turns`, idempotency locks and records, and the rare condensation enqueue.
+of `/turns`, idempotency locks and records.
 
 The hot statements are composed once, at import, from the fragments and row mappers their
 owners export (enablement, profiles, folders, conversations), and run on a driver connection
@@ -9,14 +9,12 @@ objects, no per-request compilation, one round trip each. Never commits.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.consolidation.queue import PENDING_STATUSES, JobPayload, enqueue_job
 from app.conversations.repository import (
     HISTORY_COLUMNS,
     HISTORY_JOIN,
@@ -189,45 +187,3 @@ async def prune_idempotency_keys(executor: AsyncSession | AsyncConnection | Asyn
             return await prune_idempotency_keys(conn)
     result = await executor.execute(_PRUNE)
     return int(result.rowcount)  # type: ignore[attr-defined]
-
-
-# --- the rare path: a profile over its budget ----------------------------------------------------
-
-_LOCK_USER_CONDENSATION = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0))")
-_PENDING_CONDENSATION = text("""
-SELECT id FROM jobs
-WHERE company_id = :company_id AND user_id = :user_id AND kind = 'condensation'
-  AND status = ANY(CAST(:pending AS varchar[]))
-ORDER BY created_at
-LIMIT 1
-""")
-
-
-async def enqueue_condensation_once(
-    session: AsyncSession,
-    company_id: str,
-    user_id: str,
-    *,
-    payload: JobPayload,
-    max_attempts: int,
-) -> tuple[uuid.UUID, bool]:
-    """The user's pending condensation job, queued now if there is none: (job id, queued now).
-
-    Concurrent callers are serialised by an advisory lock on the user held until commit, and the
-    check runs as a new statement after it, so two loads never queue two condensations.
-    """
-    lock_key = f"turns.condensation\x1f{company_id}\x1f{user_id}"
-    await session.execute(_LOCK_USER_CONDENSATION, {"lock_key": lock_key})
-    params = {"company_id": company_id, "user_id": user_id, "pending": list(PENDING_STATUSES)}
-    pending = (await session.execute(_PENDING_CONDENSATION, params)).scalar_one_or_none()
-    if pending is not None:
-        return pending, False
-    job_id = await enqueue_job(
-        session,
-        company_id=company_id,
-        user_id=user_id,
-        kind="condensation",
-        payload=payload,
-        max_attempts=max_attempts,
-    )
-    return job_id, True

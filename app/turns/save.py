@@ -21,6 +21,7 @@ import orjson
 
 from app.auth import Principal
 from app.config import Settings
+from app.consolidation.kinds import CONSOLIDATION, consolidation_payload
 from app.conversations import repository as history
 from app.conversations.modes import messages_to_save
 from app.conversations.schemas import check_message_limits
@@ -29,6 +30,7 @@ from app.enablement.decision import effective_enablement
 from app.enablement.repository import SpaceRecord
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
+from app.jobs.queue import NewJob
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import idempotency, repository
 from app.turns.schemas import TurnRequest
@@ -159,10 +161,10 @@ async def _save(
     job = None
     if skipped is None:
         model = consolidation_model(inputs.space, request.language_model)
-        job = history.NewJob(
+        job = NewJob(
             id=uuid.uuid4(),
-            kind="consolidation",
-            payload={"turn_id": str(turn.id), "space_id": request.space_id, "model": model},
+            kind=CONSOLIDATION,
+            payload=consolidation_payload(str(turn.id), request.space_id, model),
             max_attempts=settings.job_max_attempts,
         )
     status = QUEUED if job is not None else SKIPPED
@@ -184,7 +186,7 @@ def turn_saved_json(
     turn_id: uuid.UUID,
     saved_messages: int,
     *,
-    job: history.NewJob | None,
+    job: NewJob | None,
     skipped_reason: str | None,
 ) -> bytes:
     """The `TurnSaved` answer, written once as bytes (the tests hold it to the schema)."""

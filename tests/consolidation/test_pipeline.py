@@ -19,10 +19,11 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.config import Settings
+from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import make_consolidation_handler
-from app.consolidation.queue import claim_next_job
-from app.consolidation.worker import JobHandler, Worker, WorkerConfig
 from app.db import Database
+from app.jobs.queue import claim_next_job
+from app.jobs.worker import JobHandler, Worker, WorkerConfig
 from app.llm import ChatModel
 from app.observability import Metrics
 from app.profiles.document import parse
@@ -68,7 +69,14 @@ def make_worker(
         batch_size=batch_size,
         shutdown_grace_seconds=5,
     )
-    return Worker(database_of(app).engine, handler, config, metrics, worker_id="test-worker")
+    return Worker(
+        database_of(app).engine,
+        dict.fromkeys(KINDS, handler),
+        config,
+        metrics,
+        coalesce=COALESCING,
+        worker_id="test-worker",
+    )
 
 
 async def save_turn(
@@ -247,7 +255,9 @@ async def test_a_user_who_opted_out_meanwhile_gets_nothing_written(
 ) -> None:
     await save_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    claimed = await claim_next_job(engine, worker_id="w", lease_seconds=30, batch_size=10)
+    claimed = await claim_next_job(
+        engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING
+    )
     assert claimed is not None
     response = await client.patch(
         "/v1/me/settings", json={"context_memory": False}, headers=auth(USER)
@@ -268,10 +278,12 @@ async def test_a_claim_whose_lease_was_taken_over_writes_nothing(
 ) -> None:
     job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    stale = await claim_next_job(engine, worker_id="a", lease_seconds=5, batch_size=10)
+    stale = await claim_next_job(
+        engine, worker_id="a", lease_seconds=5, batch_size=10, coalesce=COALESCING
+    )
     later = datetime.now(UTC) + timedelta(seconds=30)
     taken_over = await claim_next_job(
-        engine, worker_id="b", lease_seconds=60, batch_size=10, now=later
+        engine, worker_id="b", lease_seconds=60, batch_size=10, coalesce=COALESCING, now=later
     )
     assert stale is not None
     assert taken_over is not None
@@ -344,7 +356,9 @@ async def test_a_handler_told_its_lease_is_lost_writes_nothing(
 ) -> None:
     job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    claimed = await claim_next_job(engine, worker_id="w", lease_seconds=30, batch_size=10)
+    claimed = await claim_next_job(
+        engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING
+    )
     assert claimed is not None
     lease_lost = asyncio.Event()
     lease_lost.set()  # what the worker's heartbeat does when the lease is gone

@@ -13,8 +13,9 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.consolidation import jobs
-from app.consolidation.queue import (
+from app.errors import Conflict, NotFound
+from app.jobs import repository as jobs
+from app.jobs.queue import (
     BACKOFF_CAP_SECONDS,
     JOBS,
     ClaimedJob,
@@ -27,9 +28,9 @@ from app.consolidation.queue import (
     heartbeat,
     release_jobs,
 )
-from app.errors import Conflict, NotFound
 
 LEASE = 60
+COALESCING = frozenset({"consolidation"})  # as the consolidation domain registers it
 COMPANY = "acme"
 
 
@@ -65,7 +66,12 @@ async def claim(
     now: datetime | None = None,
 ) -> ClaimedJob | None:
     return await claim_next_job(
-        engine, worker_id=worker, lease_seconds=lease, batch_size=batch_size, now=now
+        engine,
+        worker_id=worker,
+        lease_seconds=lease,
+        batch_size=batch_size,
+        coalesce=COALESCING,
+        now=now,
     )
 
 

@@ -10,8 +10,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.consolidation.jobs import JobRow
-from app.consolidation.queue import JobKind, JobOutcome, JobStatus
+from app.jobs.queue import JobKind, JobOutcome, JobStatus
+from app.jobs.repository import JobRow
 
 
 class JobError(BaseModel):

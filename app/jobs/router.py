@@ -9,11 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from app.auth import Principal, PrincipalDep, require_role
-from app.consolidation import jobs as stored_jobs
-from app.consolidation.queue import JobStatus
-from app.consolidation.schemas import JobSummary, JobView
 from app.db import SessionDep
 from app.errors import NotFound
+from app.jobs import repository as stored_jobs
+from app.jobs.queue import JobStatus
+from app.jobs.schemas import JobSummary, JobView
 from app.pagination import Page, PageDep
 
 router = APIRouter(tags=["jobs"])  # full paths, no prefix: metrics label by template

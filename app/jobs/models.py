@@ -1,4 +1,8 @@
-"""The durable job queue's table (consolidation and condensation jobs; payloads hold ids only)."""
+"""The durable job queue's table: jobs of any kind, payloads holding ids only.
+
+The kinds themselves belong to the domains that queue and handle them; the migration that made
+the table constrains `kind` to the kinds the service registers (a test holds the two together).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ class Job(Base):
         CheckConstraint(
             "status IN ('queued', 'running', 'retrying', 'succeeded', 'dead')", name="status"
         ),
-        CheckConstraint("kind IN ('consolidation', 'condensation')", name="kind"),
         CheckConstraint("outcome IS NULL OR outcome IN ('noop', 'updated')", name="outcome"),
         Index(
             "ix_jobs_claimable",

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict
 
 from app.auth import Principal
 from app.config import Settings
-from app.consolidation import jobs
-from app.consolidation.jobs import JobRow
 from app.conversations.modes import HistoryMode
 from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
+from app.jobs import repository as jobs
+from app.jobs.repository import JobRow
 from app.turns.save import save_turn
 from app.turns.schemas import TurnRequest
 

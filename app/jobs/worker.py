@@ -1,10 +1,14 @@
-"""The consolidation worker: claims jobs from the queue and runs them, several users at once.
+"""The worker: claims jobs from the queue and runs them, several users at once.
 
-Each of `WORKER_CONCURRENCY` slots loops: claim (one short transaction) → run the handler while a
-heartbeat task extends the lease → the handler commits its result together with `complete_jobs`
-(fenced by the lease token) → on a failure, `fail_jobs` schedules a retry or dead-letters.
-On shutdown (SIGTERM) slots stop claiming; running jobs get `shutdown_grace` seconds to finish,
-then are cancelled and released back to the queue, so no attempt is lost or double-counted.
+Domains register a handler per job kind (and which kinds coalesce) and the periodic maintenance
+steps they need; the worker knows nothing else of them.
+
+Each of `WORKER_CONCURRENCY` slots loops: claim (one short transaction) → run the kind's handler
+while a heartbeat task extends the lease → the handler commits its result together with
+`complete_jobs` (fenced by the lease token) → on a failure, `fail_jobs` schedules a retry or
+dead-letters. On shutdown (SIGTERM) slots stop claiming; running jobs get `shutdown_grace` seconds
+to finish, then are cancelled and released back to the queue, so no attempt is lost or
+double-counted.
 """
 
 from __future__ import annotations
@@ -16,27 +20,30 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.consolidation.jobs import queue_stats
-from app.consolidation.queue import (
+from app.jobs.queue import (
     ClaimedJob,
+    JobKind,
     claim_next_job,
     fail_jobs,
     heartbeat,
     release_jobs,
 )
+from app.jobs.repository import queue_stats
 from app.observability import Metrics
 
 logger = logging.getLogger("app.worker")
 
 INTERNAL_ERROR_CLASS: Final = "internal_error"
 INTERNAL_ERROR_MESSAGE: Final = "The worker failed unexpectedly; see the service logs."
+UNKNOWN_KIND_CLASS: Final = "unknown_job_kind"
+UNKNOWN_KIND_MESSAGE: Final = "No handler is registered for this kind of job."
 
 
 class JobFailure(Exception):
@@ -84,16 +91,20 @@ class Worker:
     def __init__(
         self,
         engine: AsyncEngine,
-        handler: JobHandler,
+        handlers: Mapping[JobKind, JobHandler],
         config: WorkerConfig,
         metrics: Metrics,
         *,
+        coalesce: Collection[JobKind] = (),
         worker_id: str | None = None,
         maintenance: Sequence[Maintenance] = (),
     ) -> None:
+        """`handlers` run the jobs of their kind; a claim of a kind in `coalesce` takes up to
+        `config.batch_size` of the user's waiting jobs of that kind at once."""
         self.engine = engine
         self.maintenance = tuple(maintenance)
-        self.handler = handler
+        self.handlers = dict(handlers)
+        self.coalesce = frozenset(coalesce)
         self.config = config
         self.metrics = metrics
         self.worker_id = worker_id or default_worker_id()
@@ -131,6 +142,7 @@ class Worker:
             worker_id=self.worker_id,
             lease_seconds=self.config.lease_seconds,
             batch_size=self.config.batch_size,
+            coalesce=self.coalesce,
         )
 
     async def _slot(self, number: int) -> None:
@@ -169,7 +181,10 @@ class Worker:
         started = time.perf_counter()
         outcome = "failed"
         try:
-            outcome = await self.handler(claimed, lease_lost)
+            handler = self.handlers.get(claimed.kind)
+            if handler is None:
+                raise JobFailure(UNKNOWN_KIND_CLASS, UNKNOWN_KIND_MESSAGE, retryable=False)
+            outcome = await handler(claimed, lease_lost)
         except JobFailure as failure:
             outcome = await self._fail(claimed, failure)
         except asyncio.CancelledError:

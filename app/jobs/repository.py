@@ -14,7 +14,8 @@ from typing import Any, TypedDict
 from sqlalchemy import Row, case, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.consolidation.queue import (
+from app.errors import Conflict, NotFound, Unprocessable
+from app.jobs.queue import (
     JOBS,
     PENDING_STATUSES,
     WAITING_STATUSES,
@@ -24,7 +25,6 @@ from app.consolidation.queue import (
     JobStatus,
     claimable,
 )
-from app.errors import Conflict, NotFound, Unprocessable
 from app.pagination import Page, PageRequest, page_of
 
 

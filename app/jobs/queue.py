@@ -1,6 +1,10 @@
 """The durable PostgreSQL job queue: enqueue, claim under a lease, heartbeat, finish, dead-letter.
 
-All SQL over the `jobs` table lives here (SQLAlchemy Core; no ORM objects are loaded).
+The queue knows jobs, not domains: a job is a `kind` (a name its producer and the worker's
+handler agree on), an owner (company_id, user_id) and a payload of ids. Every statement that
+writes or claims jobs lives here, either run by these functions (SQLAlchemy Core; no ORM objects
+are loaded) or, for a producer that writes its job inside one larger statement, as the
+`ENQUEUE_JOB_CTE` fragment; reads and operator actions over stored jobs are in `repository.py`.
 
 Clock: every timestamp is PostgreSQL's `now()` (the start of the current transaction), so workers
 on hosts with skewed clocks agree on leases and `run_after`. Functions taking `now` use that
@@ -13,11 +17,12 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, Literal, cast
 
+import orjson
 from sqlalchemy import (
     ColumnElement,
     DateTime,
@@ -36,9 +41,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.consolidation.models import Job
+from app.jobs.models import Job
 
-JobKind = Literal["consolidation", "condensation"]
+JobKind = str
+"""The name of a kind of job; the worker runs each with the handler registered for it."""
 JobStatus = Literal["queued", "running", "retrying", "succeeded", "dead"]
 JobOutcome = Literal["noop", "updated"]
 FailResult = Literal["retrying", "dead", "lease_lost"]
@@ -90,6 +96,39 @@ class ClaimedJob:
 # --- enqueue ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class NewJob:
+    """A job to queue inside a producer's own statement (`ENQUEUE_JOB_CTE`)."""
+
+    id: uuid.UUID
+    kind: JobKind
+    payload: JobPayload
+    max_attempts: int
+
+
+ENQUEUE_JOB_CTE: Final = """, job AS (
+    INSERT INTO jobs
+        (company_id, id, user_id, kind, status, payload, attempts, max_attempts, created_at)
+    VALUES (:company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
+            CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp())
+)"""
+"""A `WITH` entry that queues `NewJob` exactly as `enqueue_job` does, for a statement that binds
+`:company_id` and `:user_id` itself; its other parameters come from `enqueue_params`."""
+
+
+def enqueue_params(job: NewJob) -> dict[str, object]:
+    """The `ENQUEUE_JOB_CTE` parameters of `job` (its payload checked like `enqueue_job`'s)."""
+    _check_payload(job.payload)
+    if job.max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    return {
+        "job_id": job.id,
+        "job_kind": job.kind,
+        "job_payload": orjson.dumps(job.payload).decode(),
+        "job_max_attempts": job.max_attempts,
+    }
+
+
 async def enqueue_job(
     session: AsyncSession,
     *,
@@ -124,6 +163,43 @@ async def enqueue_job(
     return job_id
 
 
+async def enqueue_job_once(
+    session: AsyncSession,
+    *,
+    company_id: str,
+    user_id: str,
+    kind: JobKind,
+    payload: JobPayload,
+    max_attempts: int,
+) -> tuple[uuid.UUID, bool]:
+    """The owner's pending job of `kind`, queued now if there is none: (job id, queued now).
+
+    Concurrent callers are serialised by an advisory lock on (owner, kind) held until the
+    caller's transaction ends, and the check runs as a new statement after it, so two callers
+    never queue two pending jobs of one kind.
+    """
+    lock_key = "\x1f".join((_LOCK_NAMESPACE + "once", kind, company_id, user_id))
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_key, 0))))
+    pending = await session.scalar(
+        select(JOBS.c.id)
+        .where(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id, JOBS.c.kind == kind)
+        .where(JOBS.c.status.in_(PENDING_STATUSES))
+        .order_by(JOBS.c.created_at)
+        .limit(1)
+    )
+    if pending is not None:
+        return pending, False
+    job_id = await enqueue_job(
+        session,
+        company_id=company_id,
+        user_id=user_id,
+        kind=kind,
+        payload=payload,
+        max_attempts=max_attempts,
+    )
+    return job_id, True
+
+
 def _check_payload(payload: Mapping[str, object]) -> None:
     for key, value in payload.items():
         items = value if isinstance(value, list) else [value]
@@ -148,10 +224,12 @@ async def claim_next_job(
     worker_id: str,
     lease_seconds: float,
     batch_size: int,
+    coalesce: Collection[JobKind] = (),
     now: datetime | None = None,
 ) -> ClaimedJob | None:
-    """Claim the oldest claimable job, coalesced with its owner's waiting jobs, in one short
-    READ COMMITTED transaction. None when nothing is claimable.
+    """Claim the oldest claimable job, coalesced with its owner's waiting jobs of the same kind
+    when its kind is in `coalesce`, in one short READ COMMITTED transaction. None when nothing
+    is claimable.
 
     Claimable: `queued`/`retrying` with `run_after <= now`, or `running` with an expired lease
     (its worker died). A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone
@@ -164,10 +242,10 @@ async def claim_next_job(
     granted is visible to that snapshot; none can commit while we hold it. The lock is released
     at commit, when our own `running` rows have become visible to others.
 
-    Coalescing: a consolidation claim absorbs the user's other claimable consolidation jobs in
-    created order, up to `batch_size` jobs in all, under the same lease. A condensation job is
-    claimed alone. Every claimed job's `attempts` grows by one now. A job whose lease expired on
-    its last attempt is dead-lettered (`LeaseExpired`) instead of run again.
+    Coalescing: a claim of a kind in `coalesce` absorbs the user's other claimable jobs of that
+    kind in created order, up to `batch_size` jobs in all, under the same lease. A job of any
+    other kind is claimed alone. Every claimed job's `attempts` grows by one now. A job whose
+    lease expired on its last attempt is dead-lettered (`LeaseExpired`) instead of run again.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -185,6 +263,7 @@ async def claim_next_job(
                         worker_id=worker_id,
                         lease_seconds=lease_seconds,
                         batch_size=batch_size,
+                        coalesce=coalesce,
                     )
                     if claimed is not None:
                         return claimed
@@ -249,6 +328,7 @@ async def _claim_for_owner(
     worker_id: str,
     lease_seconds: float,
     batch_size: int,
+    coalesce: Collection[JobKind],
 ) -> ClaimedJob | None:
     owned = and_(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
     await _dead_letter_exhausted_leases(conn, owned, clock)
@@ -266,11 +346,11 @@ async def _claim_for_owner(
     if head is None:
         return None
     rows = [head]
-    if head.kind == "consolidation" and batch_size > 1:
+    if head.kind in coalesce and batch_size > 1:
         rows += (
             await conn.execute(
                 select(*columns)
-                .where(owned, JOBS.c.kind == "consolidation", JOBS.c.id != head.id)
+                .where(owned, JOBS.c.kind == head.kind, JOBS.c.id != head.id)
                 .where(claimable(clock))
                 .order_by(*in_order)
                 .limit(batch_size - 1)
@@ -296,7 +376,7 @@ async def _claim_for_owner(
         JobRef(row.id, row.payload, attempts[row.id], row.max_attempts, row.created_at)
         for row in rows
     )
-    return ClaimedJob(company_id, user_id, cast(JobKind, head.kind), token, refs)
+    return ClaimedJob(company_id, user_id, head.kind, token, refs)
 
 
 async def _dead_letter_exhausted_leases(

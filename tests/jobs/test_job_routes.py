@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.consolidation.queue import (
+from app.jobs.queue import (
     ClaimedJob,
     claim_next_job,
     complete_jobs,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from app.consolidation.worker import Worker, WorkerConfig
 from app.db import Database
+from app.jobs.worker import Worker, WorkerConfig
 from app.observability import Metrics
 from app.turns.repository import prune_idempotency_keys
 from tests.conftest import admin_execute
@@ -38,7 +38,11 @@ async def test_expired_idempotency_keys_are_pruned_while_live_ones_stay(
         heartbeat_file=tmp_path / "heartbeat",
     )
     worker = Worker(
-        database.engine, never_called, config, Metrics(), maintenance=(prune_idempotency_keys,)
+        database.engine,
+        {"consolidation": never_called},
+        config,
+        Metrics(),
+        maintenance=(prune_idempotency_keys,),
     )
     running = asyncio.create_task(worker.run())
     try:

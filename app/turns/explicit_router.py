@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from app.auth import PrincipalDep
 from app.config import Settings
-from app.consolidation.explicit import ConsolidationRequest, request_consolidation, wait_for_job
-from app.consolidation.schemas import JobView
 from app.db import Database
+from app.jobs.schemas import JobView
+from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
 
