@@ -1,1 +1,47 @@
-"""Context Memory Service: memory as a service for AI chat orchestrators."""
+"""Context Memory Service: memory as a service for AI chat orchestrators.
+
+The packages depend one way, bottom to top; a module imports only from its own layer or below:
+
+1. infrastructure: the top-level modules (config, errors, db, auth, tokens, llm, limits,
+   pagination, observability, lean_routes, embedded_pg, operations); they import no package.
+2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
+   kinds and hand the worker their handlers and maintenance steps.
+3. `conversations`: chats, turns and messages, and the history modes.
+4. `folders`: the folder tree and the access check.
+5. `enablement`: flags, space settings, the user's stored setting, the audit trail, and the
+   decision whether memory is on.
+6. `profiles`: the `memory.md` document, its versions, the user's memory API and the switch that
+   deletes it (which reaches down into folders, enablement and jobs).
+7. `consolidation`: the job kinds it handles, the pipeline, its prompts and the offline engine.
+8. `turns`: the orchestrator's two calls (and explicit consolidation), composed from the above.
+9. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
+
+`tests/test_package_order.py` fails when a module imports upward; `python -m
+tests.test_package_order` prints the package graph it checks.
+"""
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (
+        "config",
+        "errors",
+        "db",
+        "auth",
+        "tokens",
+        "llm",
+        "limits",
+        "pagination",
+        "observability",
+        "lean_routes",
+        "embedded_pg",
+        "operations",
+    ),
+    ("jobs",),
+    ("conversations",),
+    ("folders",),
+    ("enablement",),
+    ("profiles",),
+    ("consolidation",),
+    ("turns",),
+    ("main", "cli", "models", "__main__"),
+)
+"""The order above, bottom first: each entry names the modules or packages of one layer."""

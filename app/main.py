@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(operations.router)
     app.include_router(auth.router)
     app.include_router(enablement_router.router)
+    app.include_router(profiles_router.settings_router)
     app.include_router(folders_router.router)
     app.include_router(profiles_router.router)
     app.include_router(jobs_router.router)

@@ -44,6 +44,7 @@ from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.enablement.repository import enablement_params
 from app.folders import service as folders
 from app.main import create_app
+from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import repository as turns_repository
@@ -86,7 +87,7 @@ async def seed(app: Any, client: httpx.AsyncClient, headers: dict[str, str]) -> 
             {"c": COMPANY, "f": FLAG_CONTEXT_MEMORY},
         )
         folder_id, _ = await folders.ensure_user_folder(session, principal)
-        await folders.ensure_memory_file(session, COMPANY, USER, folder_id)
+        await profiles.ensure_memory_file(session, COMPANY, USER, folder_id)
         await session.execute(
             text(
                 "INSERT INTO memory_versions (company_id, user_id, version, content, sha256,"

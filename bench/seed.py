@@ -64,6 +64,7 @@ from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.folders.acl import ROOT_FOLDER, user_folder_entries, user_folder_path
 from app.profiles import repository as profiles
+from app.profiles import service as profile_service
 from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render
 from app.profiles.versions import STORED_TOKEN_COUNTER, content_sha256, count_tokens
 
@@ -632,7 +633,9 @@ async def _seed_through_services(url: str, settings: Settings, users: Sequence[i
             for user in users:
                 principal = Principal(user_id(user), CHECK_COMPANY, frozenset())
                 folder_id, _ = await folders.ensure_user_folder(session, principal)
-                await folders.ensure_memory_file(session, CHECK_COMPANY, user_id(user), folder_id)
+                await profile_service.ensure_memory_file(
+                    session, CHECK_COMPANY, user_id(user), folder_id
+                )
                 profile = profile_of(user)
                 await profiles.write_version(
                     session,

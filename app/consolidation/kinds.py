@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from app.jobs.queue import JobPayload
+from app.jobs.queue import JobPayload, register_kind
 
-CONSOLIDATION: Final = "consolidation"
-CONDENSATION: Final = "condensation"
+CONSOLIDATION: Final = register_kind("consolidation")
+CONDENSATION: Final = register_kind("condensation")
 KINDS: Final = (CONSOLIDATION, CONDENSATION)
 COALESCING: Final = frozenset({CONSOLIDATION})
 

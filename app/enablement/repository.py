@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -28,7 +28,6 @@ from app.enablement.models import (
     SpaceSettings,
     UserSettings,
 )
-from app.profiles.models import MemoryFile, MemoryVersion
 
 
 @dataclass(frozen=True)
@@ -291,43 +290,3 @@ async def select_enablement_inputs(
     params = enablement_params(company_id, user_id, space_id)
     row = (await session.execute(_ENABLEMENT_INPUTS, params)).one()
     return enablement_inputs_of(row._mapping)
-
-
-# --- opt-out: the user's memory, other domains' tables, deleted explicitly ------------------------
-
-
-async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
-    """A transaction-scoped advisory lock on one user's memory (ids are printable, so the unit
-    separator cannot be forged; a hash collision only serialises two users needlessly)."""
-    key = "\x1f".join(("user-memory", company_id, user_id))
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
-
-
-async def lock_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
-    """Row-lock the user's `memory.md` (waiting for an in-flight writer); True when it exists."""
-    statement = (
-        select(MemoryFile.head_version)
-        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
-        .with_for_update()
-    )
-    return (await session.execute(statement)).first() is not None
-
-
-async def delete_memory_versions(session: AsyncSession, company_id: str, user_id: str) -> int:
-    deleted = (
-        delete(MemoryVersion)
-        .where(MemoryVersion.company_id == company_id, MemoryVersion.user_id == user_id)
-        .returning(MemoryVersion.version)
-        .cte("deleted")
-    )
-    return (await session.execute(select(func.count()).select_from(deleted))).scalar_one()
-
-
-async def delete_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
-    statement = (
-        delete(MemoryFile)
-        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
-        .returning(MemoryFile.user_id)
-        .execution_options(synchronize_session=False)
-    )
-    return (await session.execute(statement)).first() is not None

@@ -1,5 +1,6 @@
-"""HTTP routes of the enablement domain: company flags, space settings, the caller's settings,
-the caller's enablement decision, and the audit log.
+"""HTTP routes of the enablement domain: company flags, space settings, the caller's enablement
+decision, and the audit log. (`/v1/me/settings`, whose off switch deletes the memory, is served
+by `app.profiles.router`.)
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from app.enablement.schemas import (
     FeatureFlagsOut,
     SpacePatch,
     SpaceSettingsOut,
-    UserSettingsOut,
-    UserSettingsPatch,
-    UserSettingsUpdateOut,
 )
 from app.pagination import Page, PageDep
 
@@ -98,22 +96,6 @@ async def patch_space(
 
 
 # --- the caller ---------------------------------------------------------------------------------
-
-
-@router.get("/v1/me/settings", summary="Your context memory setting")
-async def get_my_settings(principal: PrincipalDep, session: SessionDep) -> UserSettingsOut:
-    return UserSettingsOut(context_memory=await service.read_user_setting(session, principal))
-
-
-@router.patch(
-    "/v1/me/settings",
-    summary="Turn your context memory on or off; off permanently deletes your memory",
-)
-async def patch_my_settings(
-    body: UserSettingsPatch, principal: PrincipalDep, session: SessionDep
-) -> UserSettingsUpdateOut:
-    update = await service.update_user_setting(session, principal, body.context_memory)
-    return UserSettingsUpdateOut.of(update)
 
 
 @router.get(

@@ -27,7 +27,7 @@ from app.enablement.repository import UserMemoryConfig
 from app.pagination import Page
 
 if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
-    from app.enablement.service import FeatureFlag, MemoryDeletion, SpaceView, UserSettingUpdate
+    from app.enablement.service import FeatureFlag, SpaceView
 
 
 def _printable(value: str) -> str:
@@ -189,44 +189,6 @@ class SpaceSettingsOut(BaseModel):
             updated_at=space.updated_at,
             updated_by=space.updated_by,
         )
-
-
-# --- user settings ------------------------------------------------------------------------------
-
-
-class UserSettingsOut(BaseModel):
-    context_memory: bool
-
-
-class UserSettingsPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    context_memory: StrictBool = Field(
-        description="`false` permanently deletes your memory (profile, versions, pending jobs)."
-    )
-
-
-class MemoryDeletionOut(BaseModel):
-    profile: bool
-    versions: int
-    jobs: int
-    folder: bool
-
-    @classmethod
-    def of(cls, deletion: MemoryDeletion) -> MemoryDeletionOut:
-        return cls.model_validate(deletion, from_attributes=True)
-
-
-class UserSettingsUpdateOut(BaseModel):
-    context_memory: bool
-    deleted: MemoryDeletionOut | None = Field(
-        description="What turning context memory off deleted; `null` when turning it on."
-    )
-
-    @classmethod
-    def of(cls, update: UserSettingUpdate) -> UserSettingsUpdateOut:
-        deleted = None if update.deleted is None else MemoryDeletionOut.of(update.deleted)
-        return cls(context_memory=update.context_memory, deleted=deleted)
 
 
 # --- audit log ----------------------------------------------------------------------------------

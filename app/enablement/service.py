@@ -1,5 +1,8 @@
-"""The settings rules: company flags, space and user settings (with the opt-out deletion), the
-audit trail of every change, and `load_enablement`, the hot-path read every turn calls.
+"""The settings rules: company flags, space settings, the user's stored setting, the audit trail
+of every change, and `load_enablement`, the hot-path read every turn calls.
+
+Turning a user's memory off deletes their memory, which lives above this package: that switch
+is `app.profiles.switch`, which writes the setting through this package's repository.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.errors import Conflict, Unprocessable
 from app.folders import service as folders
-from app.jobs.repository import delete_user_jobs
 from app.pagination import Page, PageRequest, page_of
 
 SPACE_ENABLED_REASON = (
@@ -257,104 +259,13 @@ async def _save_space(
     raise Conflict("The space settings changed while saving; retry the request.")
 
 
-# --- user settings and opt-out ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemoryDeletion:
-    """What an opt-out deleted (counts only, never content)."""
-
-    profile: bool
-    versions: int
-    jobs: int
-    folder: bool
-
-    @property
-    def anything(self) -> bool:
-        return self.profile or self.folder or self.versions > 0 or self.jobs > 0
-
-
-@dataclass(frozen=True)
-class UserSettingUpdate:
-    context_memory: bool
-    deleted: MemoryDeletion | None
-
-
-async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
-    """Serialise writers of a user's memory with the user's opt-out, until the transaction ends.
-
-    Opt-out takes this lock before it deletes. Anything that writes memory (consolidation, a
-    user's edit) must take it in its write transaction *before* `load_enablement`: it then either
-    sees the opt-out and writes nothing, or commits first and the opt-out deletes what it wrote.
-    Without it, a writer that checked the setting just before an opt-out could recreate memory.
-    """
-    await repository.lock_user_memory(session, company_id, user_id)
+# --- user settings ------------------------------------------------------------------------------
 
 
 async def read_user_setting(session: AsyncSession, principal: Principal) -> bool:
     """The caller's context memory setting; never saved means on."""
     stored = await repository.select_user_setting(session, principal.company_id, principal.user_id)
     return stored is not False
-
-
-async def update_user_setting(
-    session: AsyncSession, principal: Principal, context_memory: bool
-) -> UserSettingUpdate:
-    """Turn the caller's context memory on or off; off permanently deletes the memory.
-
-    Off deletes, in this transaction, the profile with all its versions, the pending jobs and
-    the folder `user-memory/<user_id>`, every time it is asked (off -> off finds nothing more
-    and reports zeros). On only flips the setting: the next turn starts from an empty profile.
-    """
-    company_id, user_id = principal.company_id, principal.user_id
-    if not context_memory:
-        await lock_user_memory(session, company_id, user_id)
-    current = await repository.lock_user_setting(session, company_id, user_id) is not False
-    if current != context_memory:
-        await repository.upsert_user_setting(session, company_id, user_id, context_memory)
-        await audit.record_event(
-            session,
-            company_id=company_id,
-            actor_id=user_id,
-            action="user_settings.update",
-            target_kind="user",
-            target_id=user_id,
-            old={"context_memory": current},
-            new={"context_memory": context_memory},
-        )
-    if context_memory:
-        return UserSettingUpdate(True, None)
-
-    deleted = await _delete_user_memory(session, company_id, user_id)
-    if deleted.anything:
-        await audit.record_event(
-            session,
-            company_id=company_id,
-            actor_id=user_id,
-            action="user_memory.deleted",
-            target_kind="user",
-            target_id=user_id,
-            old=None,
-            new={
-                "profile": deleted.profile,
-                "versions": deleted.versions,
-                "jobs": deleted.jobs,
-                "folder": deleted.folder,
-            },
-        )
-    return UserSettingUpdate(False, deleted)
-
-
-async def _delete_user_memory(
-    session: AsyncSession, company_id: str, user_id: str
-) -> MemoryDeletion:
-    # Lock the profile first: an in-flight version write commits before we count and delete.
-    profile = await repository.lock_memory_file(session, company_id, user_id)
-    versions = await repository.delete_memory_versions(session, company_id, user_id)
-    profile = await repository.delete_memory_file(session, company_id, user_id) or profile
-    folder = await folders.delete_user_folder(session, company_id, user_id)
-    jobs = await delete_user_jobs(session, company_id, user_id)
-    return MemoryDeletion(profile=profile, versions=versions, jobs=jobs, folder=folder)
 
 
 # --- audit log ----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from sqlalchemy.orm import aliased
 
 from app.folders.acl import AclEntry, FolderNode, Permission, PrincipalKind
 from app.folders.models import Folder, FolderAclEntry
-from app.profiles.models import MemoryFile
 
 # A chain deeper than this is corrupt (the tree is two levels deep); stop instead of looping.
 _MAX_DEPTH = 16
@@ -162,24 +161,6 @@ async def delete_folder(session: AsyncSession, company_id: str, path: str) -> bo
         .returning(Folder.id)
     )
     return (await session.execute(statement)).first() is not None
-
-
-async def insert_memory_file(
-    session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
-) -> None:
-    """The user's `memory.md` row, never indexed and hidden in chat; kept as is when it exists."""
-    statement = (
-        insert(MemoryFile)
-        .values(
-            company_id=company_id,
-            user_id=user_id,
-            folder_id=folder_id,
-            skip_ingestion=True,
-            hidden_in_chat=True,
-        )
-        .on_conflict_do_nothing(index_elements=[MemoryFile.company_id, MemoryFile.user_id])
-    )
-    await session.execute(statement)
 
 
 # --- a folder and its parent as a fragment of the orchestrator's one-statement read (app/turns) ---

@@ -111,13 +111,6 @@ async def authorize_memory_access(
     return node
 
 
-async def ensure_memory_file(
-    session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
-) -> None:
-    """The user's `memory.md` row in `folder_id` (skip_ingestion and hidden_in_chat on)."""
-    await repository.insert_memory_file(session, company_id, user_id, folder_id)
-
-
 async def delete_user_folder(session: AsyncSession, company_id: str, user_id: str) -> bool:
     """Delete `user-memory/<user_id>` (cascading to its ACL, `memory.md` and its versions)."""
     return await repository.delete_folder(session, company_id, user_folder_path(user_id))

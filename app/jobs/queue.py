@@ -45,6 +45,7 @@ from app.jobs.models import Job
 
 JobKind = str
 """The name of a kind of job; the worker runs each with the handler registered for it."""
+_KINDS: list[JobKind] = []
 JobStatus = Literal["queued", "running", "retrying", "succeeded", "dead"]
 JobOutcome = Literal["noop", "updated"]
 FailResult = Literal["retrying", "dead", "lease_lost"]
@@ -91,6 +92,21 @@ class ClaimedJob:
     @property
     def job_ids(self) -> list[uuid.UUID]:
         return [job.id for job in self.jobs]
+
+
+def register_kind(kind: JobKind) -> JobKind:
+    """Declare a kind of job (by the domain that handles it, once, at import); returns it.
+
+    The registered kinds are what the job routes declare in their contract; the database's
+    `ck_jobs_kind` must allow the same set (a test holds the two together).
+    """
+    if kind not in _KINDS:
+        _KINDS.append(kind)
+    return kind
+
+
+def registered_kinds() -> tuple[JobKind, ...]:
+    return tuple(_KINDS)
 
 
 # --- enqueue ----------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from app.jobs.queue import JobKind, JobOutcome, JobStatus
+from app.jobs.queue import JobKind, JobOutcome, JobStatus, registered_kinds
 from app.jobs.repository import JobRow
 
 
@@ -51,12 +51,17 @@ class JobView(BaseModel):
         )
 
 
+def _declare_registered_kinds(schema: dict[str, JsonValue]) -> None:
+    """The contract lists the kinds the domains registered (read when the schema is built)."""
+    schema["enum"] = list(registered_kinds())
+
+
 class JobSummary(BaseModel):
     """A job as operators see it (company listing, retry)."""
 
     id: uuid.UUID
     user_id: str
-    kind: JobKind
+    kind: JobKind = Field(json_schema_extra=_declare_registered_kinds)
     status: JobStatus
     attempts: int
     max_attempts: int

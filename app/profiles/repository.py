@@ -293,6 +293,64 @@ async def delete_profile(
     return len((await session.execute(statement)).all())
 
 
+# --- the memory file's life: created with the user's folder, locked and deleted at opt-out -----
+
+
+async def insert_memory_file(
+    session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
+) -> None:
+    """The user's `memory.md` row, never indexed and hidden in chat; kept as is when it exists."""
+    statement = (
+        insert(MemoryFile)
+        .values(
+            company_id=company_id,
+            user_id=user_id,
+            folder_id=folder_id,
+            skip_ingestion=True,
+            hidden_in_chat=True,
+        )
+        .on_conflict_do_nothing(index_elements=[MemoryFile.company_id, MemoryFile.user_id])
+    )
+    await session.execute(statement)
+
+
+async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
+    """A transaction-scoped advisory lock on one user's memory (ids are printable, so the unit
+    separator cannot be forged; a hash collision only serialises two users needlessly)."""
+    key = "\x1f".join(("user-memory", company_id, user_id))
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+
+
+async def lock_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
+    """Row-lock the user's `memory.md` (waiting for an in-flight writer); True when it exists."""
+    statement = (
+        select(MemoryFile.head_version)
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+        .with_for_update()
+    )
+    return (await session.execute(statement)).first() is not None
+
+
+async def delete_memory_versions(session: AsyncSession, company_id: str, user_id: str) -> int:
+    deleted = (
+        delete(MemoryVersion)
+        .where(MemoryVersion.company_id == company_id, MemoryVersion.user_id == user_id)
+        .returning(MemoryVersion.version)
+        .cte("deleted")
+    )
+    return (await session.execute(select(func.count()).select_from(deleted))).scalar_one()
+
+
+async def delete_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
+    statement = (
+        delete(MemoryFile)
+        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
+        .returning(MemoryFile.user_id)
+        .execution_options(synchronize_session=False)
+    )
+    return (await session.execute(statement)).first() is not None
+
+
 # --- the export's reads of other domains' tables (narrow, owner-filtered) ------------------------
 # Each record's fields name exactly the columns exported (jobs: no payload, no error text).
 

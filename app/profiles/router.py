@@ -1,4 +1,5 @@
-"""HTTP routes of the caller's own memory: read, edit, clear, history, diff, restore, export.
+"""HTTP routes of the caller's own memory: read, edit, clear, history, diff, restore, export,
+and the context-memory switch (`/v1/me/settings`, whose off deletes all of it).
 
 Everything is scoped to the token's (company, user); there is no user id in any path. The ETag
 of the profile is its version number, quoted; writes are conditional on it.
@@ -12,12 +13,16 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, 
 
 from app.auth import PrincipalDep
 from app.db import SessionDep
+from app.enablement import service as enablement
 from app.pagination import Page, PageDep
-from app.profiles import service
+from app.profiles import service, switch
 from app.profiles.schemas import (
     MemoryExportOut,
     MemoryIn,
     MemoryOut,
+    UserSettingsOut,
+    UserSettingsPatch,
+    UserSettingsUpdateOut,
     VersionDiffOut,
     VersionOut,
     VersionSummaryOut,
@@ -25,6 +30,7 @@ from app.profiles.schemas import (
 from app.profiles.versions import etag, is_not_modified, parse_entity_tags
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
+settings_router = APIRouter(tags=["settings"])
 
 MAX_VERSION: Final = 2**31 - 1
 MEMORY_PATH: Final = "/v1/me/memory"
@@ -195,3 +201,22 @@ async def restore_version(
 )
 async def export_memory(principal: PrincipalDep, session: SessionDep) -> MemoryExportOut:
     return MemoryExportOut.of(await service.export_memory(session, principal))
+
+
+# --- the switch (`settings`): off deletes the memory ------------------------------------------
+
+
+@settings_router.get("/v1/me/settings", summary="Your context memory setting")
+async def get_my_settings(principal: PrincipalDep, session: SessionDep) -> UserSettingsOut:
+    return UserSettingsOut(context_memory=await enablement.read_user_setting(session, principal))
+
+
+@settings_router.patch(
+    "/v1/me/settings",
+    summary="Turn your context memory on or off; off permanently deletes your memory",
+)
+async def patch_my_settings(
+    body: UserSettingsPatch, principal: PrincipalDep, session: SessionDep
+) -> UserSettingsUpdateOut:
+    update = await switch.update_user_setting(session, principal, body.context_memory)
+    return UserSettingsUpdateOut.of(update)

@@ -10,12 +10,13 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from app.enablement.audit import AuditRecord
 from app.pagination import Page
 from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.service import MemoryExport, VersionDiff
+from app.profiles.switch import MemoryDeletion, UserSettingUpdate
 from app.profiles.versions import VersionInfo, VersionReason, VersionRow
 
 MAX_CONTENT_CHARS: Final = 200_000
@@ -238,3 +239,41 @@ class MemoryExportOut(BaseModel):
             jobs=[JobOut.of(job) for job in export.jobs],
             audit_events=[AuditEventOut.of(event) for event in export.audit_events],
         )
+
+
+# --- user settings ------------------------------------------------------------------------------
+
+
+class UserSettingsOut(BaseModel):
+    context_memory: bool
+
+
+class UserSettingsPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    context_memory: StrictBool = Field(
+        description="`false` permanently deletes your memory (profile, versions, pending jobs)."
+    )
+
+
+class MemoryDeletionOut(BaseModel):
+    profile: bool
+    versions: int
+    jobs: int
+    folder: bool
+
+    @classmethod
+    def of(cls, deletion: MemoryDeletion) -> MemoryDeletionOut:
+        return cls.model_validate(deletion, from_attributes=True)
+
+
+class UserSettingsUpdateOut(BaseModel):
+    context_memory: bool
+    deleted: MemoryDeletionOut | None = Field(
+        description="What turning context memory off deleted; `null` when turning it on."
+    )
+
+    @classmethod
+    def of(cls, update: UserSettingUpdate) -> UserSettingsUpdateOut:
+        deleted = None if update.deleted is None else MemoryDeletionOut.of(update.deleted)
+        return cls(context_memory=update.context_memory, deleted=deleted)

@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
 from app.enablement.audit import AuditRecord
-from app.enablement.service import lock_user_memory
 from app.errors import Conflict, NotFound, PreconditionFailed
 from app.folders import repository as folder_repository
 from app.folders import service as folders
@@ -31,6 +30,7 @@ from app.profiles.document import (
     parse,
 )
 from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
+from app.profiles.switch import lock_user_memory
 from app.profiles.versions import (
     EntityTags,
     HeadState,
@@ -170,7 +170,7 @@ async def replace_memory(
     await folders.authorize_memory_access(session, principal, Permission.WRITE)
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None:  # first write: the memory.md row (skip_ingestion, hidden_in_chat)
-        await folders.ensure_memory_file(session, company_id, user_id, folder_id)
+        await ensure_memory_file(session, company_id, user_id, folder_id)
         state = await repository.select_head_state(session, company_id, user_id)
         if state is None:
             raise RuntimeError("memory.md vanished while it was being ensured")
@@ -406,13 +406,20 @@ async def save_consolidation(
     )
 
 
+async def ensure_memory_file(
+    session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
+) -> None:
+    """The user's `memory.md` row in `folder_id` (skip_ingestion and hidden_in_chat on)."""
+    await repository.insert_memory_file(session, company_id, user_id, folder_id)
+
+
 async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadState:
     record = await folder_repository.select_folder(
         session, owner.company_id, user_folder_path(owner.user_id)
     )
     if record is None:
         raise NotFound("No memory.")
-    await folders.ensure_memory_file(session, owner.company_id, owner.user_id, record.id)
+    await ensure_memory_file(session, owner.company_id, owner.user_id, record.id)
     state = await repository.select_head_state(session, owner.company_id, owner.user_id)
     if state is None:
         raise NotFound("No memory.")

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.auth import Principal
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
+from app.profiles import service as profiles
 from tests.conftest import AuthFactory
 
 COMPANY = "acme"
@@ -85,7 +86,7 @@ async def seed_memory(
     principal = Principal(user_id=user_id, company_id=company_id, roles=frozenset())
     async with sessions(app)() as session, session.begin():
         folder_id, _ = await folders.ensure_user_folder(session, principal)
-        await folders.ensure_memory_file(session, company_id, user_id, folder_id)
+        await profiles.ensure_memory_file(session, company_id, user_id, folder_id)
         for version in range(1, versions + 1):
             await session.execute(
                 text(

@@ -12,8 +12,10 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.auth import Principal
-from app.enablement.service import load_enablement, lock_user_memory
+from app.enablement.service import load_enablement
 from app.folders import service as folders
+from app.profiles import service as profiles
+from app.profiles.switch import lock_user_memory
 from tests.conftest import AuthFactory, admin_execute
 from tests.enablement.settings_helpers import (
     enable_company,
@@ -180,7 +182,7 @@ async def test_a_writer_holding_the_user_lock_cannot_outlive_an_opt_out(
         await asyncio.sleep(0.3)  # the opt-out is now waiting for the lock
         assert not opt_out.done()
         folder_id, _ = await folders.ensure_user_folder(writer, alice)
-        await folders.ensure_memory_file(writer, "acme", "alice", folder_id)
+        await profiles.ensure_memory_file(writer, "acme", "alice", folder_id)
         await writer.execute(
             text(
                 "INSERT INTO memory_versions (company_id, user_id, version, content, sha256,"

@@ -23,6 +23,7 @@ from app.folders.acl import (
     root_group_id,
     user_folder,
 )
+from app.profiles import service as profiles
 from tests.enablement.settings_helpers import scalar, sessions
 
 ALICE = Principal("alice", "acme", frozenset())
@@ -160,8 +161,8 @@ async def test_without_write_on_the_root_nobody_creates_a_folder(app: FastAPI) -
 async def test_the_memory_file_is_hidden_and_never_ingested(app: FastAPI) -> None:
     async with sessions(app)() as session, session.begin():
         folder_id, _ = await service.ensure_user_folder(session, ALICE)
-        await service.ensure_memory_file(session, "acme", "alice", folder_id)
-        await service.ensure_memory_file(session, "acme", "alice", folder_id)  # idempotent
+        await profiles.ensure_memory_file(session, "acme", "alice", folder_id)
+        await profiles.ensure_memory_file(session, "acme", "alice", folder_id)  # idempotent
 
     row = await scalar(
         app,

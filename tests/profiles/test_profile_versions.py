@@ -137,7 +137,7 @@ async def session(app: FastAPI) -> AsyncIterator[AsyncSession]:
 async def provision(db: AsyncSession, principal: Principal = ALICE) -> None:
     async with db.begin():
         folder_id, _ = await folders.ensure_user_folder(db, principal)
-        await folders.ensure_memory_file(db, principal.company_id, principal.user_id, folder_id)
+        await service.ensure_memory_file(db, principal.company_id, principal.user_id, folder_id)
 
 
 async def write(db: AsyncSession, expected: int, profile: Profile) -> int:

@@ -20,6 +20,7 @@ from app.auth import Principal
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.main import create_app
+from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from tests.conftest import AuthFactory, make_settings
@@ -188,7 +189,7 @@ async def seed_profile(
     principal = Principal(user_id=user_id, company_id=company, roles=frozenset())
     async with sessions(app)() as session, session.begin():
         folder_id, _ = await folders.ensure_user_folder(session, principal)
-        await folders.ensure_memory_file(session, company, user_id, folder_id)
+        await profiles.ensure_memory_file(session, company, user_id, folder_id)
         await session.execute(
             text(
                 "INSERT INTO memory_versions (company_id, user_id, version, content, sha256,"
