@@ -21,7 +21,7 @@ from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
-from app.turns.save import save_turn
+from app.turns.save import TurnSubmission, save_turn
 from app.turns.schemas import TurnRequest
 
 RESERVED_CHAT_ID = "_memory-consolidations"
@@ -56,10 +56,7 @@ async def request_consolidation(
     )
     outcome = await save_turn(
         database,
-        principal,
-        RESERVED_CHAT_ID,
-        turn,
-        idempotency_key=None,
+        TurnSubmission(principal, RESERVED_CHAT_ID, turn),
         settings=settings,
         refuse_skipped=True,  # not enabled: 409 with the reason, nothing written
     )

@@ -108,9 +108,8 @@ async def save_turn(
     settings: SettingsDep,
     idempotency_key: IdempotencyKeyDep,
 ) -> Response:
-    outcome = await save.save_turn(
-        db, principal, chat_id, body, idempotency_key=idempotency_key, settings=settings
-    )
+    submission = save.TurnSubmission(principal, chat_id, body, idempotency_key)
+    outcome = await save.save_turn(db, submission, settings=settings)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(
         outcome.body,

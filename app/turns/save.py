@@ -21,18 +21,16 @@ import orjson
 
 from app.auth import Principal
 from app.config import Settings
-from app.consolidation.kinds import CONSOLIDATION, consolidation_payload
+from app.consolidation.kinds import CONSOLIDATION
 from app.conversations import repository as history
-from app.conversations.modes import messages_to_save
 from app.conversations.schemas import check_message_limits
 from app.db import Database
-from app.enablement.decision import effective_enablement
-from app.enablement.repository import SpaceRecord
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
 from app.jobs.queue import NewJob
 from app.profiles.versions import STORED_TOKEN_COUNTER
 from app.turns import idempotency, repository
+from app.turns.plan import TurnPlan, plan_turn, skip_reason
 from app.turns.schemas import TurnRequest
 
 QUEUED, SKIPPED = 202, 201
@@ -51,25 +49,33 @@ class TurnOutcome:
     replayed: bool
 
 
+@dataclass(frozen=True)
+class TurnSubmission:
+    """One turn handed in: by whom, to which chat, what, and under which `Idempotency-Key`."""
+
+    principal: Principal
+    chat_id: str
+    request: TurnRequest
+    idempotency_key: str | None = None
+
+
 async def save_turn(
     database: Database,
-    principal: Principal,
-    chat_id: str,
-    request: TurnRequest,
+    submission: TurnSubmission,
     *,
-    idempotency_key: str | None,
     settings: Settings,
     refuse_skipped: bool = False,
 ) -> TurnOutcome:
     """Save the turn and queue its consolidation (202), or say why it was skipped (201).
 
-    With `idempotency_key` (scoped to the caller): while another request holds the key -> 409;
+    With an idempotency key (scoped to the caller): while another request holds the key -> 409;
     a live record with the same request hash -> that response replayed, nothing written; with
     another hash -> 422. Otherwise the work is done and its response stored with the key, in the
     same transaction, so a replay can never see a turn that was rolled back.
     `refuse_skipped`: a turn whose consolidation would be skipped is a 409 with the reason,
     and nothing is written.
     """
+    request = submission.request
     check_message_limits(
         settings,
         messages=request.messages,
@@ -78,44 +84,31 @@ async def save_turn(
     )
     async with database.driver.connection() as conn:
         # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
-        keyed = idempotency_key is not None
+        keyed = submission.idempotency_key is not None
         async with conn.transaction() if keyed else contextlib.nullcontext():
-            return await _save(
-                conn,
-                database,
-                principal,
-                chat_id,
-                request,
-                idempotency_key=idempotency_key,
-                settings=settings,
-                refuse_skipped=refuse_skipped,
-            )
+            return await _save(conn, database, submission, settings, refuse_skipped)
 
 
 async def _save(
     conn: asyncpg.Connection,
     database: Database,
-    principal: Principal,
-    chat_id: str,
-    request: TurnRequest,
-    *,
-    idempotency_key: str | None,
+    submission: TurnSubmission,
     settings: Settings,
     refuse_skipped: bool,
 ) -> TurnOutcome:
-    company_id, user_id = principal.company_id, principal.user_id
+    principal, request, key = submission.principal, submission.request, submission.idempotency_key
     request_hash = None
-    if idempotency_key is not None:  # inside the caller's transaction: the lock lasts until COMMIT
+    if key is not None:  # inside the caller's transaction: the lock lasts until COMMIT
         if not await repository.try_lock_idempotency_key(
-            conn, company_id, user_id, idempotency_key
+            conn, principal.company_id, principal.user_id, key
         ):
             raise Conflict(
                 "A request with this Idempotency-Key is still in progress; retry later.",
                 headers={"Retry-After": "1"},
             )
-        request_hash = idempotency.request_hash(chat_id, request)
+        request_hash = idempotency.request_hash(submission.chat_id, request)
     row = await repository.select_turn_settings(
-        conn, company_id, user_id, request.space_id, idempotency_key
+        conn, principal.company_id, principal.user_id, request.space_id, key
     )
     if row.record is not None:
         if row.record.request_hash != request_hash:
@@ -125,61 +118,49 @@ async def _save(
             )
         return TurnOutcome(row.record.response_status, row.record.response_body, replayed=True)
 
-    inputs = row.settings
-    decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
-    skipped = None if decision.enabled else decision.reason()
+    skipped = skip_reason(row.settings)
     if skipped is None and not row.user_folder_exists:
         skipped = await _provision_folder(database, principal)
     if skipped is not None and refuse_skipped:
         raise Conflict(f"Nothing was queued: {skipped}")
+    plan = plan_turn(request, row.settings.space, skipped)
 
-    placeholder = (
-        None
-        if request.placeholder_history is None
-        else [m.to_message() for m in request.placeholder_history]
-    )
-    saved = messages_to_save(
-        request.history_mode,
-        placeholder,
-        [m.to_message() for m in request.messages],
-        request.response.to_message(),
-    )
-    count = STORED_TOKEN_COUNTER.count
-    new_messages = [
-        history.NewMessage(s.message.role, s.message.content, s.source, count(s.message.content))
-        for s in saved
-    ]
+    turn, messages = _new_rows(submission, plan)
+    payload = plan.job_payload(turn.id, request.space_id)
+    job = None
+    if payload is not None:
+        job = NewJob(uuid.uuid4(), CONSOLIDATION, payload, settings.job_max_attempts)
+    status = QUEUED if job is not None else SKIPPED
+    body = turn_saved_json(turn.id, len(messages), job=job, skipped_reason=skipped)
+    record = None
+    if key is not None and request_hash is not None:
+        record = history.NewIdempotencyRecord(
+            key, request_hash, status, body, settings.idempotency_ttl_hours
+        )
+    await history.save_turn(conn, turn, messages, job=job, record=record)
+    return TurnOutcome(status, body, replayed=False)
+
+
+def _new_rows(
+    submission: TurnSubmission, plan: TurnPlan
+) -> tuple[history.NewTurn, list[history.NewMessage]]:
+    """The turn row and its message rows, each message counted once, here."""
+    principal, request = submission.principal, submission.request
     turn = history.NewTurn(
         id=uuid.uuid4(),
-        company_id=company_id,
-        user_id=user_id,
-        chat_id=chat_id,
+        company_id=principal.company_id,
+        user_id=principal.user_id,
+        chat_id=submission.chat_id,
         space_id=request.space_id,
         history_mode=request.history_mode.value,
         language_model=request.language_model,
     )
-    job = None
-    if skipped is None:
-        model = consolidation_model(inputs.space, request.language_model)
-        job = NewJob(
-            id=uuid.uuid4(),
-            kind=CONSOLIDATION,
-            payload=consolidation_payload(str(turn.id), request.space_id, model),
-            max_attempts=settings.job_max_attempts,
-        )
-    status = QUEUED if job is not None else SKIPPED
-    body = turn_saved_json(turn.id, len(new_messages), job=job, skipped_reason=skipped)
-    record = None
-    if idempotency_key is not None and request_hash is not None:
-        record = history.NewIdempotencyRecord(
-            key=idempotency_key,
-            request_hash=request_hash,
-            response_status=status,
-            response_body=body,
-            ttl_hours=settings.idempotency_ttl_hours,
-        )
-    await history.save_turn(conn, turn, new_messages, job=job, record=record)
-    return TurnOutcome(status, body, replayed=False)
+    count = STORED_TOKEN_COUNTER.count
+    messages = [
+        history.NewMessage(s.message.role, s.message.content, s.source, count(s.message.content))
+        for s in plan.messages
+    ]
+    return turn, messages
 
 
 def turn_saved_json(
@@ -212,12 +193,3 @@ async def _provision_folder(database: Database, principal: Principal) -> str | N
     except Forbidden:
         return FOLDER_REFUSED_REASON
     return None
-
-
-def consolidation_model(space: SpaceRecord, orchestrator_model: str | None) -> str:
-    """The model the consolidation runs with: the orchestrator's (when the space says so and the
-    turn names one), else the space's configured model."""
-    config = space.user_memory
-    if config.use_orchestrator_language_model and orchestrator_model:
-        return orchestrator_model
-    return config.language_model
