@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.auth import Principal
@@ -23,7 +23,6 @@ from app.conversations.modes import (
     HistoryPlan,
     Message,
     Role,
-    SavedMessage,
     compose_messages,
     messages_to_save,
     plan_history,
@@ -34,7 +33,7 @@ from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
-from app.jobs.queue import enqueue_job_once
+from app.jobs.queue import JobPayload, enqueue_job_once
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
 from app.profiles.versions import STORED_TOKEN_COUNTER
@@ -62,7 +61,11 @@ UNREADABLE_REASON = "The stored profile could not be read; nothing injected."
 
 @dataclass(frozen=True)
 class MemoryOutcome:
-    """What happened to memory in this call (section is None when nothing is injected)."""
+    """What happened to memory in this call (section is None when nothing is injected).
+
+    `condense`: the payload of the condensation to queue (the profile is over its budget);
+    `condensation_job_id`: the job that then holds it.
+    """
 
     section: str | None
     version: int | None
@@ -70,7 +73,20 @@ class MemoryOutcome:
     reason: str
     access: Literal["allowed", "denied"] | None = None
     truncated: bool = False
+    condense: JobPayload | None = None
     condensation_job_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedContext:
+    """Every decision of one load: history plan, stored row, enablement, memory, history."""
+
+    plan: HistoryPlan
+    row: ContextRow
+    decision: Decision
+    memory: MemoryOutcome
+    history: list[Message]
+    history_tokens: int
 
 
 async def load_context(
@@ -99,22 +115,17 @@ async def load_context(
     async with database.driver.connection() as conn:
         row = await repository.select_context(
             conn,
-            principal.company_id,
-            principal.user_id,
+            principal,
             request.space_id,
             chat_id,
             history_limit=settings.history_max_messages if plan.load else None,
         )
     inputs = row.settings
     decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
-    memory = await _memory(
-        database,
-        principal,
-        space_id=request.space_id,
-        row=row,
-        decision=decision,
-        settings=settings,
-    )
+    memory = _memory(principal, request.space_id, row, decision)
+    if memory.condense is not None:
+        job_id = await _queue_condensation(database, principal, memory.condense, settings)
+        memory = replace(memory, condensation_job_id=job_id)
 
     history: list[Message] = []
     history_tokens = 0
@@ -152,23 +163,8 @@ async def load_context(
         "debug": None,
     }
     if request.debug:
-        would_save = messages_to_save(
-            request.history_mode,
-            placeholder,
-            messages,
-            Message(Role.ASSISTANT, ""),  # the response is not known yet: a stand-in
-        )
-        document["debug"] = _debug(
-            request=request,
-            settings=settings,
-            plan=plan,
-            row=row,
-            decision=decision,
-            memory=memory,
-            would_save=would_save,
-            history=history,
-            history_tokens=history_tokens,
-        ).model_dump(mode="json")
+        resolved = ResolvedContext(plan, row, decision, memory, history, history_tokens)
+        document["debug"] = _debug(request, settings, resolved).model_dump(mode="json")
     return document
 
 
@@ -188,15 +184,10 @@ def _base_system_prompt(request: ContextRequest, messages: list[Message]) -> str
     return first[0].content if first and first[0].role == Role.SYSTEM else None
 
 
-async def _memory(
-    database: Database,
-    principal: Principal,
-    *,
-    space_id: str,
-    row: ContextRow,
-    decision: Decision,
-    settings: Settings,
+def _memory(
+    principal: Principal, space_id: str, row: ContextRow, decision: Decision
 ) -> MemoryOutcome:
+    """What to inject and why; over its budget, the condensation to queue for `space_id`."""
     if not decision.enabled:
         return MemoryOutcome(None, None, None, decision.reason())
     profile = row.profile
@@ -213,21 +204,13 @@ async def _memory(
     if injected is None:
         return MemoryOutcome(None, None, None, EMPTY_REASON, access="allowed")
     reason = f"Context memory is enabled; profile version {profile.version} is injected."
-    job_id = None
+    condense = None
     if profile.tokens > budget:
         config = row.settings.space.user_memory
         # the orchestrator's model is unknown at load time: without a configured one the worker
         # uses its default
         model = None if config.use_orchestrator_language_model else config.language_model
-        async with database.sessionmaker() as session, session.begin():
-            job_id, _ = await enqueue_job_once(
-                session,
-                company_id=principal.company_id,
-                user_id=principal.user_id,
-                kind=CONDENSATION,
-                payload=condensation_payload(space_id, profile.version, model),
-                max_attempts=settings.job_max_attempts,
-            )
+        condense = condensation_payload(space_id, profile.version, model)
         reason += (
             f" It holds {profile.tokens} tokens, over the space's budget of {budget}, so a "
             "truncated copy is injected and a condensation is queued."
@@ -239,24 +222,40 @@ async def _memory(
         reason,
         access="allowed",
         truncated=injected.truncated,
-        condensation_job_id=job_id,
+        condense=condense,
     )
 
 
-def _debug(
-    *,
-    request: ContextRequest,
-    settings: Settings,
-    plan: HistoryPlan,
-    row: ContextRow,
-    decision: Decision,
-    memory: MemoryOutcome,
-    would_save: list[SavedMessage],
-    history: list[Message],
-    history_tokens: int,
-) -> ContextDebug:
+async def _queue_condensation(
+    database: Database, principal: Principal, payload: JobPayload, settings: Settings
+) -> uuid.UUID:
+    """The user's pending condensation, queued now if there is none, committed before the
+    answer (a transaction of its own: the rare extra statements of an over-budget load)."""
+    async with database.sessionmaker() as session, session.begin():
+        job_id, _ = await enqueue_job_once(
+            session,
+            company_id=principal.company_id,
+            user_id=principal.user_id,
+            kind=CONDENSATION,
+            payload=payload,
+            max_attempts=settings.job_max_attempts,
+        )
+    return job_id
+
+
+def _debug(request: ContextRequest, settings: Settings, resolved: ResolvedContext) -> ContextDebug:
     """The trace of every decision (seed 000 "Debug Mode", plus memory and tokens)."""
+    plan, row, decision, memory = resolved.plan, resolved.row, resolved.decision, resolved.memory
+    history, history_tokens = resolved.history, resolved.history_tokens
     profile = row.profile
+    would_save = messages_to_save(
+        request.history_mode,
+        None
+        if request.placeholder_history is None
+        else [m.to_message() for m in request.placeholder_history],
+        [m.to_message() for m in request.messages],
+        Message(Role.ASSISTANT, ""),  # the response is not known yet: a stand-in
+    )
     return ContextDebug(
         mode=plan.mode,
         placeholder=DebugPlaceholder(

@@ -15,6 +15,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from app.auth import Principal
 from app.conversations.repository import (
     HISTORY_COLUMNS,
     HISTORY_JOIN,
@@ -74,8 +75,7 @@ _CONTEXT_WITHOUT_HISTORY = _context_select(with_history=False)
 
 async def select_context(
     conn: asyncpg.Connection,
-    company_id: str,
-    user_id: str,
+    principal: Principal,
     space_id: str,
     chat_id: str,
     *,
@@ -86,7 +86,7 @@ async def select_context(
     its parent and both ACLs, and, when `history_limit` is given, the newest `history_limit`
     stored messages of the chat with their stored token counts.
     """
-    params = enablement_params(company_id, user_id, space_id)
+    params = enablement_params(principal.company_id, principal.user_id, space_id)
     if history_limit is None:
         sql, names = _CONTEXT_WITHOUT_HISTORY
     else:
