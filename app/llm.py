@@ -96,11 +96,13 @@ class ModelError(Exception):
 
     `retryable` tells the job queue whether the same request may succeed later;
     `retry_after_seconds` is the server's requested delay when it gave one; `error_class` is a
-    short stable name for job records and metrics.
+    short stable name for job records and metrics; `operator_message` is the fixed sentence a
+    job record shows for the failure (the instance's `message` carries the details).
     """
 
     error_class: ClassVar[str] = "model_error"
     retryable: ClassVar[bool] = False
+    operator_message: ClassVar[str] = "The language model call failed."
 
     def __init__(
         self,
@@ -119,6 +121,7 @@ class ModelTimeout(ModelError):
     """No answer within the configured timeout (or the server answered 408)."""
 
     error_class = "model_timeout"
+    operator_message = "The language model did not answer in time."
     retryable = True
 
 
@@ -127,6 +130,7 @@ class ModelUnavailable(ModelError):
     timeouts)."""
 
     error_class = "model_unavailable"
+    operator_message = "The language model server was unreachable or failed."
     retryable = True
 
 
@@ -134,6 +138,7 @@ class ModelRateLimited(ModelError):
     """HTTP 429; `retry_after_seconds` from `retry-after-ms` or `Retry-After` when present."""
 
     error_class = "model_rate_limited"
+    operator_message = "The language model server is rate-limiting requests."
     retryable = True
 
 
@@ -141,6 +146,7 @@ class ModelRefused(ModelError):
     """The model refused (`refusal` set) or the content filter stopped it."""
 
     error_class = "model_refused"
+    operator_message = "The language model refused the consolidation request."
     retryable = False
 
 
@@ -148,6 +154,7 @@ class ModelOutputTruncated(ModelError):
     """The answer hit `max_output_tokens` (finish_reason "length"); retrying repeats it."""
 
     error_class = "model_output_truncated"
+    operator_message = "The language model's answer was cut off at its output limit."
     retryable = False
 
 
@@ -155,6 +162,7 @@ class ModelBadRequest(ModelError):
     """A 4xx other than 408/409/429: bad key, unknown model, rejected parameters."""
 
     error_class = "model_bad_request"
+    operator_message = "The language model server rejected the request (key, model, options)."
     retryable = False
 
 
@@ -166,6 +174,7 @@ class ModelInvalidResponse(ModelError):
     """
 
     error_class = "model_invalid_response"
+    operator_message = "The language model server sent a response that is not a chat completion."
     retryable = True
 
 

@@ -94,17 +94,6 @@ _OVERSIZED_MESSAGE: Final = (
     "The language model's answer was far larger than its output limit; the memory is unchanged."
 )
 _CONFLICT_MESSAGE: Final = "The memory kept changing during consolidation; it will be retried."
-_MODEL_MESSAGES: Final = {
-    "model_timeout": "The language model did not answer in time.",
-    "model_unavailable": "The language model server was unreachable or failed.",
-    "model_rate_limited": "The language model server is rate-limiting requests.",
-    "model_refused": "The language model refused the consolidation request.",
-    "model_output_truncated": "The language model's answer was cut off at its output limit.",
-    "model_bad_request": "The language model server rejected the request (key, model, options).",
-    "model_invalid_response": "The language model server sent a response that is not a chat "
-    "completion.",
-}
-_MODEL_MESSAGE_DEFAULT: Final = "The language model call failed."
 
 
 class _LeaseLost(Exception):
@@ -496,7 +485,7 @@ class ConsolidationPipeline:
 def _model_failure(error: ModelError) -> JobFailure:
     return JobFailure(
         error.error_class,
-        _MODEL_MESSAGES.get(error.error_class, _MODEL_MESSAGE_DEFAULT),
+        error.operator_message,
         retryable=error.retryable,
         retry_after_seconds=error.retry_after_seconds,
     )
