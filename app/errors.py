@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 from fastapi import FastAPI, Request
@@ -21,12 +21,24 @@ PROBLEM_BASE = "urn:context-memory:problem:"
 logger = logging.getLogger("app.errors")
 
 
+class ProblemType(NamedTuple):
+    """A kind of problem: its status, its human title and the slug of its `type` URI."""
+
+    status: int
+    title: str
+    slug: str
+
+
 class DomainError(Exception):
     """An error the client caused or can act on; carries its HTTP status and problem type."""
 
     status: ClassVar[int] = 400
     title: ClassVar[str] = "Bad request"
     slug: ClassVar[str] = "bad-request"
+
+    @classmethod
+    def problem_type(cls) -> ProblemType:
+        return ProblemType(cls.status, cls.title, cls.slug)
 
     def __init__(
         self,
@@ -103,18 +115,21 @@ class ServiceUnavailable(DomainError):
     slug = "unavailable"
 
 
+INTERNAL_ERROR = ProblemType(500, "Internal server error", "internal")
+
+
 def problem_response(
-    status: int,
-    title: str,
+    problem: ProblemType,
     detail: str,
     *,
-    slug: str,
     errors: Sequence[Mapping[str, object]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
+    """The one renderer: RFC 9457 problem+json with the request id and the offending fields."""
+    status = problem.status
     body: dict[str, Any] = {
-        "type": PROBLEM_BASE + slug,
-        "title": title,
+        "type": PROBLEM_BASE + problem.slug,
+        "title": problem.title,
         "status": status,
         "detail": detail,
     }
@@ -139,7 +154,10 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
     return out
 
 
-_HTTP_TITLES = {404: ("Not found", "not-found"), 405: ("Method not allowed", "method-not-allowed")}
+_HTTP_PROBLEMS = {
+    404: NotFound.problem_type(),
+    405: ProblemType(405, "Method not allowed", "method-not-allowed"),
+}
 
 
 def render_unexpected_error(
@@ -151,18 +169,13 @@ def render_unexpected_error(
         on_unavailable()
         logger.warning("database unavailable: %s", type(exc).__name__)
         return problem_response(
-            503,
-            "Service unavailable",
+            ServiceUnavailable.problem_type(),
             "The database is unavailable; retry later.",
-            slug="unavailable",
             headers={"Retry-After": str(retry_after_seconds)},
         )
     logger.error("unhandled error", exc_info=exc)
     return problem_response(
-        500,
-        "Internal server error",
-        "An unexpected error occurred; quote the request id when reporting it.",
-        slug="internal",
+        INTERNAL_ERROR, "An unexpected error occurred; quote the request id when reporting it."
     )
 
 
@@ -170,33 +183,26 @@ def install_error_handlers(app: FastAPI) -> None:
     async def domain_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, DomainError)
         return problem_response(
-            exc.status,
-            exc.title,
-            exc.detail,
-            slug=exc.slug,
-            errors=exc.errors,
-            headers=exc.headers,
+            exc.problem_type(), exc.detail, errors=exc.errors, headers=exc.headers
         )
 
     async def validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         return problem_response(
-            422,
-            "Unprocessable content",
+            Unprocessable.problem_type(),
             "The request is invalid; see errors for the offending fields.",
-            slug="validation",
             errors=_validation_errors(exc),
         )
 
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        title, slug = _HTTP_TITLES.get(exc.status_code, ("HTTP error", "http"))
-        detail = exc.detail if isinstance(exc.detail, str) else title
+        problem = _HTTP_PROBLEMS.get(
+            exc.status_code, ProblemType(exc.status_code, "HTTP error", "http")
+        )
+        detail = exc.detail if isinstance(exc.detail, str) else problem.title
         if exc.status_code == 404:
             detail = "No such resource."
-        return problem_response(
-            exc.status_code, title, detail, slug=slug, headers=dict(exc.headers or {})
-        )
+        return problem_response(problem, detail, headers=dict(exc.headers or {}))
 
     app.add_exception_handler(DomainError, domain_error)
     app.add_exception_handler(RequestValidationError, validation_error)

@@ -57,9 +57,7 @@ class BodySizeLimitMiddleware:
         return f"The request body exceeds the limit of {self.max_bytes} bytes."
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem_response(
-            413, PayloadTooLarge.title, self._detail(), slug=PayloadTooLarge.slug
-        )
+        response = problem_response(PayloadTooLarge.problem_type(), self._detail())
         await response(scope, receive, send)
 
 

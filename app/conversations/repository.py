@@ -19,6 +19,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth import Principal
 from app.conversations.modes import Message, MessageSource, Role
 from app.db import positional
 from app.errors import Conflict
@@ -229,8 +230,7 @@ LIMIT :limit
 
 async def list_messages(
     session: AsyncSession,
-    company_id: str,
-    user_id: str,
+    principal: Principal,
     chat_id: str,
     *,
     after_id: int,
@@ -238,8 +238,8 @@ async def list_messages(
 ) -> list[StoredMessage]:
     """Up to `limit` of the caller's messages of the chat with id > `after_id`, oldest first."""
     params = {
-        "company_id": company_id,
-        "user_id": user_id,
+        "company_id": principal.company_id,
+        "user_id": principal.user_id,
         "chat_id": chat_id,
         "after_id": after_id,
         "limit": limit,

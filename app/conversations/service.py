@@ -21,12 +21,7 @@ async def list_chat_messages(
     """
     after = page.key("id", int) or 0
     rows = await repository.list_messages(
-        session,
-        principal.company_id,
-        principal.user_id,
-        chat_id,
-        after_id=after,
-        limit=page.limit + 1,
+        session, principal, chat_id, after_id=after, limit=page.limit + 1
     )
     items = [
         StoredMessageOut(

@@ -30,6 +30,18 @@ class AuditRecord:
     new: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class AuditEntry:
+    """One event to record: who did what to which target, and the changed fields' values."""
+
+    actor_id: str
+    action: str
+    target_kind: str
+    target_id: str
+    old: JsonObject | None
+    new: JsonObject | None
+
+
 def changed_fields(old: JsonObject, new: JsonObject) -> tuple[dict[str, object], dict[str, object]]:
     """The (old, new) values of the keys whose value differs, recursing into nested objects.
 
@@ -49,27 +61,17 @@ def changed_fields(old: JsonObject, new: JsonObject) -> tuple[dict[str, object],
     return before, after
 
 
-async def record_event(
-    session: AsyncSession,
-    *,
-    company_id: str,
-    actor_id: str,
-    action: str,
-    target_kind: str,
-    target_id: str,
-    old: JsonObject | None,
-    new: JsonObject | None,
-) -> None:
+async def record_event(session: AsyncSession, company_id: str, entry: AuditEntry) -> None:
     """Append an event; it commits or rolls back with the change it describes."""
     await session.execute(
         insert(AuditEvent).values(
             company_id=company_id,
-            actor_id=actor_id,
-            action=action,
-            target_kind=target_kind,
-            target_id=target_id,
-            old=None if old is None else dict(old),
-            new=None if new is None else dict(new),
+            actor_id=entry.actor_id,
+            action=entry.action,
+            target_kind=entry.target_kind,
+            target_id=entry.target_id,
+            old=None if entry.old is None else dict(entry.old),
+            new=None if entry.new is None else dict(entry.new),
         )
     )
 

@@ -103,13 +103,15 @@ async def set_feature_flag(
     saved = await repository.upsert_flag(session, company_id, flag, enabled, actor.user_id)
     await audit.record_event(
         session,
-        company_id=company_id,
-        actor_id=actor.user_id,
-        action="feature_flag.set",
-        target_kind="feature_flag",
-        target_id=flag,
-        old={"enabled": current},
-        new={"enabled": enabled},
+        company_id,
+        audit.AuditEntry(
+            actor_id=actor.user_id,
+            action="feature_flag.set",
+            target_kind="feature_flag",
+            target_id=flag,
+            old={"enabled": current},
+            new={"enabled": enabled},
+        ),
     )
     return FeatureFlag(flag, saved.enabled, saved.updated_at, saved.updated_by)
 
@@ -247,13 +249,15 @@ async def _save_space(
             )
         await audit.record_event(
             session,
-            company_id=company_id,
-            actor_id=actor.user_id,
-            action="space_settings.update",
-            target_kind="space",
-            target_id=space_id,
-            old=old,
-            new=new,
+            company_id,
+            audit.AuditEntry(
+                actor_id=actor.user_id,
+                action="space_settings.update",
+                target_kind="space",
+                target_id=space_id,
+                old=old,
+                new=new,
+            ),
         )
         return replace(after, saved=True, updated_at=updated_at, updated_by=actor.user_id)
     raise Conflict("The space settings changed while saving; retry the request.")

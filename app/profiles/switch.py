@@ -67,13 +67,15 @@ async def update_user_setting(
         await settings.upsert_user_setting(session, company_id, user_id, context_memory)
         await audit.record_event(
             session,
-            company_id=company_id,
-            actor_id=user_id,
-            action="user_settings.update",
-            target_kind="user",
-            target_id=user_id,
-            old={"context_memory": current},
-            new={"context_memory": context_memory},
+            company_id,
+            audit.AuditEntry(
+                actor_id=user_id,
+                action="user_settings.update",
+                target_kind="user",
+                target_id=user_id,
+                old={"context_memory": current},
+                new={"context_memory": context_memory},
+            ),
         )
     if context_memory:
         return UserSettingUpdate(True, None)
@@ -82,18 +84,20 @@ async def update_user_setting(
     if deleted.anything:
         await audit.record_event(
             session,
-            company_id=company_id,
-            actor_id=user_id,
-            action="user_memory.deleted",
-            target_kind="user",
-            target_id=user_id,
-            old=None,
-            new={
-                "profile": deleted.profile,
-                "versions": deleted.versions,
-                "jobs": deleted.jobs,
-                "folder": deleted.folder,
-            },
+            company_id,
+            audit.AuditEntry(
+                actor_id=user_id,
+                action="user_memory.deleted",
+                target_kind="user",
+                target_id=user_id,
+                old=None,
+                new={
+                    "profile": deleted.profile,
+                    "versions": deleted.versions,
+                    "jobs": deleted.jobs,
+                    "folder": deleted.folder,
+                },
+            ),
         )
     return UserSettingUpdate(False, deleted)
 
