@@ -20,6 +20,7 @@ from typing import Final
 
 from app.config import Settings
 from app.consolidation.exchanges import select_exchanges
+from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION, CONSOLIDATION
 from app.consolidation.prompts import (
     MalformedModelOutput,
@@ -54,7 +55,6 @@ from app.profiles.document import (
     Profile,
     ProfileFormatError,
     apply,
-    bullet_count,
     diff_operations,
     render_body,
 )
@@ -249,7 +249,11 @@ class ConsolidationPipeline:
             raise JobFailure(INVALID_OUTPUT, _UNFIT_OPERATIONS_MESSAGE, retryable=False) from None
         if updated.sections == snapshot.profile.sections:
             return None
-        self._guard_change(snapshot.profile, operations, forget_requested)
+        share = self.settings.memory_change_guard_share
+        try:
+            guard_change(snapshot.profile, operations, forget_requested, share)
+        except TooManyDeletions:
+            raise JobFailure(CHANGE_GUARD, _CHANGE_GUARD_MESSAGE, retryable=False) from None
         return await self._fit(snapshot, updated, operations, "consolidation", usage)
 
     async def _operations(self, snapshot: Snapshot, usage: Usage) -> tuple[list[Operation], bool]:
@@ -337,18 +341,6 @@ class ConsolidationPipeline:
         self.metrics.model_tokens.labels("in").inc(result.tokens_in)
         self.metrics.model_tokens.labels("out").inc(result.tokens_out)
         return result
-
-    def _guard_change(
-        self, before: Profile, operations: Sequence[Operation], forget_requested: bool
-    ) -> None:
-        """Refuse deleting more than `memory_change_guard_share` of the bullets (at least one
-        deletion is always allowed) unless the user asked to forget."""
-        if forget_requested:
-            return
-        deleted = sum(1 for op in operations if op.kind is OpKind.DELETE)
-        allowed = max(1, int(self.settings.memory_change_guard_share * bullet_count(before)))
-        if deleted > allowed:
-            raise JobFailure(CHANGE_GUARD, _CHANGE_GUARD_MESSAGE, retryable=False)
 
     # --- size control --------------------------------------------------------------------------
 
