@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
-from pydantic import SecretStr
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -29,12 +27,13 @@ from app.db import run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.main import create_app
 from app.models import metadata
-from tests.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_model` fixtures
+from tests.helpers import db
+from tests.helpers.apps import AuthFactory, TokenFactory, client_of, make_settings
+from tests.helpers.db import admin_execute
+from tests.helpers.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_model` fixtures
     chat_model_fixture,
     llm_stub_fixture,
 )
-
-TEST_JWT_SECRET = "test-secret-" + "x" * 32
 
 
 @pytest.fixture(scope="session")
@@ -51,28 +50,6 @@ def server_url() -> Iterator[str]:
         embedded.stop()
 
 
-def _asyncpg_dsn(url: str) -> dict[str, Any]:
-    parsed = make_url(url)
-    params: dict[str, Any] = {
-        "user": parsed.username or "postgres",
-        "password": parsed.password or None,
-        "database": parsed.database or "postgres",
-        "host": parsed.query.get("host") or parsed.host or "127.0.0.1",
-    }
-    if parsed.port:
-        params["port"] = parsed.port
-    return params
-
-
-async def admin_execute(url: str, *statements: str) -> None:
-    conn = await asyncpg.connect(**_asyncpg_dsn(url))
-    try:
-        for statement in statements:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 async def database_url(server_url: str) -> AsyncIterator[str]:
     """A fresh database for this test run, migrated to head by Alembic."""
@@ -84,20 +61,6 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
         yield url
     finally:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def make_settings(database_url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "environment": "test",
-        "database_url": database_url,
-        "jwt_secret": SecretStr(TEST_JWT_SECRET),
-        "worker_enabled": False,
-        "llm_provider": "rules",
-        "db_pool_size": 5,
-        "db_connect_timeout_seconds": 2.0,
-    }
-    values.update(overrides)
-    return Settings(_env_file=None, **values)
 
 
 @pytest.fixture(scope="session")
@@ -126,37 +89,19 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
 @pytest.fixture
 def engine(app: FastAPI) -> AsyncEngine:
     """The app's engine, for tests that work below HTTP (queue, repositories)."""
-    engine: AsyncEngine = app.state.database.engine
-    return engine
+    return db.database_of(app).engine
 
 
-@pytest.fixture
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
+@pytest.fixture(name="sessions")
+def sessions_fixture(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    """The app's sessionmaker, for tests that work below HTTP."""
+    return db.sessions(app)
 
 
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with client_of(app) as http:
         yield http
-
-
-class TokenFactory(Protocol):
-    def __call__(
-        self,
-        sub: str = "alice",
-        company: str = "acme",
-        roles: tuple[str, ...] = (),
-        **claims: Any,
-    ) -> str: ...
-
-
-class AuthFactory(Protocol):
-    def __call__(
-        self, sub: str = "alice", company: str = "acme", roles: tuple[str, ...] = ()
-    ) -> dict[str, str]: ...
 
 
 @pytest.fixture(scope="session")
@@ -179,6 +124,3 @@ def auth(make_token: TokenFactory) -> AuthFactory:
         return {"Authorization": f"Bearer {make_token(sub, company, roles)}"}
 
     return factory
-
-
-AppFactory = Callable[..., Awaitable[FastAPI]]

@@ -18,7 +18,7 @@ from jose import jwt
 
 from app.auth import issue_token
 from app.config import Settings
-from tests.conftest import TEST_JWT_SECRET
+from tests.helpers.apps import TEST_JWT_SECRET
 
 ISSUER, AUDIENCE = "context-memory-dev", "context-memory"
 
@@ -129,7 +129,7 @@ async def test_rs256_with_public_key(database_url: str) -> None:
     from asgi_lifespan import LifespanManager  # noqa: PLC0415
 
     from app.main import create_app  # noqa: PLC0415
-    from tests.conftest import make_settings  # noqa: PLC0415
+    from tests.helpers.apps import make_settings  # noqa: PLC0415
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     private_pem = key.private_bytes(

@@ -21,7 +21,7 @@ from app.main import create_app
 from bench import explain
 from bench.run_bench import CONTEXT_QUESTION, JWT_SECRET, plain_dsn
 from bench.seed import COMPANY, HISTORY_MESSAGES, SPACE, context_chat, seed_ours, user_id
-from tests.conftest import admin_execute
+from tests.helpers.db import admin_execute
 
 USERS = 3
 

@@ -13,7 +13,8 @@ from app.llm import OpenAIChatModel
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.worker_drain import TurnQueue, WorkerProcess, WorkerSetup, connect, run_drain
 from bench.worker_statements import OWNER_LOCK, OWNER_QUERY, count_statements
-from tests.consolidation.test_pipeline import make_handler, make_worker, rows
+from tests.helpers.db import rows
+from tests.helpers.worker import make_handler, make_worker
 
 
 async def test_a_worker_process_drains_turns_saved_through_the_app_one_claim_per_user(

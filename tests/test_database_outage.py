@@ -20,7 +20,7 @@ from app.config import PROJECT_ROOT, to_asyncpg_url
 from app.db import SessionDep, run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.main import create_app
-from tests.conftest import make_settings
+from tests.helpers.apps import make_settings
 
 
 @pytest.mark.slow

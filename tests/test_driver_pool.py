@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.db import create_database
-from tests.conftest import make_settings
+from tests.helpers.apps import make_settings
 
 
 async def test_waiting_longer_than_the_timeout_is_a_timeout(database_url: str) -> None:

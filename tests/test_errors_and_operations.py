@@ -15,7 +15,8 @@ from sqlalchemy import text
 from app.config import Settings
 from app.db import SessionDep
 from app.main import create_app
-from tests.conftest import admin_execute, make_settings
+from tests.helpers.apps import make_settings
+from tests.helpers.db import admin_execute, admin_fetchval
 
 
 class Probe(BaseModel):
@@ -173,15 +174,7 @@ async def test_failed_commit_never_reaches_the_client_as_2xx(
         response = await http.post("/_probe/write")
         assert response.status_code == 500
         assert response.headers["content-type"] == "application/problem+json"
-        import asyncpg  # noqa: PLC0415
-
-        from tests.conftest import _asyncpg_dsn  # noqa: PLC0415
-
-        conn = await asyncpg.connect(**_asyncpg_dsn(database_url))
-        try:
-            assert await conn.fetchval("SELECT count(*) FROM commit_probe") == 0
-        finally:
-            await conn.close()
+        assert await admin_fetchval(database_url, "SELECT count(*) FROM commit_probe") == 0
     finally:
         await admin_execute(
             database_url,
@@ -197,15 +190,7 @@ async def test_successful_write_is_committed(
     await admin_execute(database_url, "CREATE TABLE commit_probe (value text)")
     try:
         assert (await http.post("/_probe/write")).status_code == 201
-        import asyncpg  # noqa: PLC0415
-
-        from tests.conftest import _asyncpg_dsn  # noqa: PLC0415
-
-        conn = await asyncpg.connect(**_asyncpg_dsn(database_url))
-        try:
-            assert await conn.fetchval("SELECT count(*) FROM commit_probe") == 1
-        finally:
-            await conn.close()
+        assert await admin_fetchval(database_url, "SELECT count(*) FROM commit_probe") == 1
     finally:
         await admin_execute(database_url, "DROP TABLE commit_probe")
 

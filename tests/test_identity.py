@@ -9,7 +9,7 @@ import sys
 import httpx
 
 from app.config import PROJECT_ROOT
-from tests.conftest import TEST_JWT_SECRET, AuthFactory, TokenFactory
+from tests.helpers.apps import TEST_JWT_SECRET, AuthFactory, TokenFactory
 
 
 async def test_me_reports_the_token_identity(client: httpx.AsyncClient, auth: AuthFactory) -> None:

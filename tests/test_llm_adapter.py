@@ -28,8 +28,8 @@ from app.llm import (
     parse_retry_after,
     resolve_model_name,
 )
-from tests.conftest import make_settings
-from tests.llm_stub import (
+from tests.helpers.apps import make_settings
+from tests.helpers.llm_stub import (
     ScriptStep,
     StubLLMServer,
     delay,

@@ -11,7 +11,7 @@ from alembic import command
 from sqlalchemy import make_url
 
 from app.db import alembic_config, migrations_dir, run_migrations
-from tests.conftest import admin_execute
+from tests.helpers.db import admin_execute
 
 
 async def test_alembic_check_is_clean(database_url: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
-from tests.conftest import AuthFactory
+from tests.helpers.apps import AuthFactory
 
 # (method, path template) -> policy. Add a row for every route you add.
 ROUTE_POLICIES: dict[tuple[str, str], str] = {

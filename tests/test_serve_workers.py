@@ -24,7 +24,8 @@ from sqlalchemy import make_url
 
 from app.config import PROJECT_ROOT
 from app.db import run_migrations
-from tests.conftest import TEST_JWT_SECRET, admin_execute
+from tests.helpers.apps import TEST_JWT_SECRET
+from tests.helpers.db import admin_execute
 
 START_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -77,7 +78,7 @@ def serving(
             process.wait(timeout=STOP_TIMEOUT_SECONDS)
 
 
-def wait_for(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+def wait_until_answering(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         assert process.poll() is None, f"serve exited early:\n{log_path.read_text()[-3000:]}"
@@ -172,7 +173,7 @@ def test_two_processes_answer_on_one_port_and_sigterm_stops_them_all(
         WORKER_HEARTBEAT_FILE=str(tmp_path / "heartbeat"),
     )
     with serving(2, env, tmp_path) as (process, port, log_path):
-        wait_for(process, f"http://127.0.0.1:{port}/healthz", log_path)
+        wait_until_answering(process, f"http://127.0.0.1:{port}/healthz", log_path)
         supervisor = psutil.Process(process.pid)
         workers = api_processes(supervisor, port)
         assert len(workers) == 2
@@ -197,7 +198,7 @@ def test_one_worker_is_a_single_process_without_a_supervisor(
         WORKER_HEARTBEAT_FILE=str(tmp_path / "heartbeat"),
     )
     with serving(1, env, tmp_path) as (process, port, log_path):
-        wait_for(process, f"http://127.0.0.1:{port}/healthz", log_path)
+        wait_until_answering(process, f"http://127.0.0.1:{port}/healthz", log_path)
         assert psutil.Process(process.pid).children(recursive=True) == []
         assert healthz_on_a_new_connection(port, {process.pid}) == process.pid
         process.send_signal(signal.SIGTERM)
@@ -221,7 +222,7 @@ def test_the_embedded_database_is_started_once_and_stopped_on_ctrl_c() -> None:
         )
         with serving(2, env, workdir) as (process, port, log_path):
             # /readyz: the database answers and its migrations are at head
-            wait_for(process, f"http://127.0.0.1:{port}/readyz", log_path)
+            wait_until_answering(process, f"http://127.0.0.1:{port}/readyz", log_path)
             supervisor = psutil.Process(process.pid)
             workers = api_processes(supervisor, port)
             assert len(workers) == 2

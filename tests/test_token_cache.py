@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from app.auth import TokenVerifier, issue_token
 from app.config import Settings
 from app.errors import Unauthorized
-from tests.conftest import TEST_JWT_SECRET
+from tests.helpers.apps import TEST_JWT_SECRET
 
 
 class Clock:

@@ -7,12 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from app.main import create_app
-from tests.conftest import AuthFactory, make_settings
-from tests.consolidation.test_pipeline import SPACE, USER
-from tests.enablement.settings_helpers import enable_company
+from tests.helpers.apps import SPACE, USER, AuthFactory, client_with
+from tests.helpers.settings import enable_company
 
 URL = "/v1/me/memory/consolidations"
 FACT = {"space_id": SPACE, "user": "I work as a data engineer at Acme", "assistant": "Noted."}
@@ -21,17 +18,13 @@ FACT = {"space_id": SPACE, "user": "I work as a data engineer at Acme", "assista
 @pytest.fixture
 async def worker_client(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     """An app whose in-process worker runs (the default test app has none)."""
-    settings = make_settings(
+    async with client_with(
         database_url,
         worker_enabled=True,
         worker_poll_seconds=0.05,
         worker_heartbeat_file=tmp_path / "heartbeat",
-    )
-    application = create_app(settings)
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            yield client
+    ) as client:
+        yield client
 
 
 async def test_disabled_memory_is_409_and_stores_nothing(

@@ -1,165 +1,26 @@
 """The consolidation pipeline end to end with the offline rule engine, on real PostgreSQL: turns
-saved over HTTP, jobs run by the worker, versions read back over HTTP and SQL.
-
-Also holds the helpers the other pipeline and worker test modules import.
-"""
+saved over HTTP, jobs run by the worker, versions read back over HTTP and SQL."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import text
 
-from app.config import Settings
-from app.consolidation.kinds import COALESCING, KINDS
-from app.consolidation.pipeline import make_consolidation_handler
-from app.db import Database
+from app.consolidation.kinds import COALESCING
 from app.jobs.queue import claim_next_job
-from app.jobs.worker import JobHandler, Worker, WorkerConfig
-from app.llm import ChatModel
-from app.observability import Metrics
 from app.profiles.document import parse
-from tests.conftest import AuthFactory, make_settings
-from tests.enablement.settings_helpers import enable_company, patch_space
-
-SPACE = "space-1"
-USER = "alice"
-
-
-# --- helpers (imported by the other test modules) ----------------------------------------------
-
-
-def database_of(app: FastAPI) -> Database:
-    database: Database = app.state.database
-    return database
-
-
-def make_handler(
-    app: FastAPI, chat_model: ChatModel | None = None, **overrides: Any
-) -> tuple[JobHandler, Metrics, Settings]:
-    settings: Settings = app.state.settings
-    if overrides:
-        settings = make_settings(str(settings.database_url), **overrides)
-    metrics = Metrics()
-    handler = make_consolidation_handler(database_of(app), settings, chat_model, metrics)
-    return handler, metrics, settings
-
-
-def make_worker(
-    app: FastAPI,
-    handler: JobHandler,
-    metrics: Metrics,
-    *,
-    concurrency: int = 1,
-    batch_size: int = 10,
-    lease_seconds: float = 30,
-) -> Worker:
-    config = WorkerConfig(
-        concurrency=concurrency,
-        poll_seconds=0.05,
-        lease_seconds=lease_seconds,
-        batch_size=batch_size,
-        shutdown_grace_seconds=5,
-    )
-    return Worker(
-        database_of(app).engine,
-        dict.fromkeys(KINDS, handler),
-        config,
-        metrics,
-        coalesce=COALESCING,
-        worker_id="test-worker",
-    )
-
-
-async def save_turn(
-    client: httpx.AsyncClient,
-    auth: AuthFactory,
-    user_text: str,
-    *,
-    answer: str = "Noted.",
-    chat_id: str = "chat-1",
-    user: str = USER,
-    model: str | None = "gpt-4o-mini",
-) -> uuid.UUID:
-    """Save one turn over HTTP; returns the id of the consolidation job it queued."""
-    body: dict[str, Any] = {
-        "space_id": SPACE,
-        "messages": [{"role": "user", "content": user_text}],
-        "response": {"content": answer},
-    }
-    if model is not None:
-        body["language_model"] = model
-    response = await client.post(f"/v1/chats/{chat_id}/turns", json=body, headers=auth(user))
-    assert response.status_code == 202, response.text
-    return uuid.UUID(response.json()["consolidation"]["job_id"])
-
-
-async def put_memory(
-    client: httpx.AsyncClient, auth: AuthFactory, content: str, *, version: int | None = None
-) -> int:
-    """The user's own edit (create with If-None-Match: *, else If-Match); the new version."""
-    headers = auth(USER) | (
-        {"If-None-Match": "*"} if version is None else {"If-Match": f'"{version}"'}
-    )
-    response = await client.put("/v1/me/memory", json={"content": content}, headers=headers)
-    assert response.status_code in (200, 201), response.text
-    return int(response.json()["version"])
-
-
-async def rows(app: FastAPI, sql: str, **params: Any) -> list[Any]:
-    async with database_of(app).sessionmaker() as session:
-        return list((await session.execute(text(sql), params)).all())
-
-
-async def versions(app: FastAPI, user: str = USER) -> list[Any]:
-    return await rows(
-        app,
-        "SELECT version, content, reason, operations, source_turn_ids, model, tokens_in,"
-        " tokens_out, job_id, tokens FROM memory_versions WHERE company_id = 'acme'"
-        " AND user_id = :u ORDER BY version",
-        u=user,
-    )
-
-
-async def job_row(app: FastAPI, job_id: uuid.UUID) -> Any:
-    (row,) = await rows(
-        app,
-        "SELECT status, outcome, version, error_class, error_message, attempts, run_after,"
-        " now() AS db_now FROM jobs WHERE company_id = 'acme' AND id = :id",
-        id=job_id,
-    )
-    return row
-
-
-async def head_content(app: FastAPI, user: str = USER) -> str | None:
-    found = await versions(app, user)
-    return None if not found else str(found[-1].content)
-
-
-async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
-    """Poll an async predicate until it holds."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if await condition():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail("condition not met in time")
-
-
-def bullets(content: str, section: str) -> list[str]:
-    profile = parse(content)
-    return [b for s, items in profile.sections if s.value == section for b in items]
-
-
-# --- tests --------------------------------------------------------------------------------------
+from tests.helpers.apps import SPACE, USER, AuthFactory
+from tests.helpers.db import database_of, rows
+from tests.helpers.jobs import job_row
+from tests.helpers.memory import put_memory, versions
+from tests.helpers.profiles import bullets
+from tests.helpers.settings import enable_company, patch_space
+from tests.helpers.turns import queue_turn
+from tests.helpers.worker import make_handler, make_worker
 
 
 @pytest.fixture
@@ -171,7 +32,7 @@ async def memory_on(client: httpx.AsyncClient, auth: AuthFactory) -> None:
 async def test_a_self_statement_becomes_a_new_version_with_identity_bullets(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     handler, metrics, _ = make_handler(app)
 
     claimed = await make_worker(app, handler, metrics).run_once()
@@ -201,7 +62,7 @@ async def test_a_self_statement_becomes_a_new_version_with_identity_bullets(
 async def test_small_talk_is_a_noop_without_a_version(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "thanks, that's all for today!")
+    job_id = await queue_turn(client, auth, "thanks, that's all for today!")
     handler, metrics, _ = make_handler(app)
 
     await make_worker(app, handler, metrics).run_once()
@@ -216,8 +77,8 @@ async def test_small_talk_is_a_noop_without_a_version(
 async def test_turns_queued_while_one_runs_are_consolidated_together_in_order(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    first = await save_turn(client, auth, "I work as a data engineer at Acme")
-    second = await save_turn(client, auth, "Actually I work as a platform engineer at Acme now")
+    first = await queue_turn(client, auth, "I work as a data engineer at Acme")
+    second = await queue_turn(client, auth, "Actually I work as a platform engineer at Acme now")
     handler, metrics, _ = make_handler(app)
 
     claimed = await make_worker(app, handler, metrics).run_once()
@@ -237,7 +98,7 @@ async def test_turns_queued_while_one_runs_are_consolidated_together_in_order(
 async def test_memory_switched_off_for_the_space_after_queueing_writes_nothing(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     response = await patch_space(client, auth, SPACE, {"context_memory": False})
     assert response.status_code == 200, response.text
     handler, metrics, _ = make_handler(app)
@@ -253,7 +114,7 @@ async def test_memory_switched_off_for_the_space_after_queueing_writes_nothing(
 async def test_a_user_who_opted_out_meanwhile_gets_nothing_written(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await save_turn(client, auth, "I work as a data engineer at Acme")
+    await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
     claimed = await claim_next_job(
         engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING
@@ -276,7 +137,7 @@ async def test_a_user_who_opted_out_meanwhile_gets_nothing_written(
 async def test_a_claim_whose_lease_was_taken_over_writes_nothing(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
     stale = await claim_next_job(
         engine, worker_id="a", lease_seconds=5, batch_size=10, coalesce=COALESCING
@@ -324,7 +185,7 @@ async def test_asking_to_forget_everything_may_empty_the_profile(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
     await put_memory(client, auth, FULL_PROFILE)
-    await save_turn(client, auth, "Please forget everything you know about me")
+    await queue_turn(client, auth, "Please forget everything you know about me")
     handler, metrics, _ = make_handler(app)
 
     await make_worker(app, handler, metrics).run_once()
@@ -339,7 +200,7 @@ async def test_asking_to_forget_everything_may_empty_the_profile(
 async def test_a_turn_whose_chat_was_deleted_meanwhile_is_a_noop(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme", chat_id="gone")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme", chat_id="gone")
     response = await client.delete("/v1/chats/gone", headers=auth(USER))
     assert response.status_code == 204, response.text
     handler, metrics, _ = make_handler(app)
@@ -354,7 +215,7 @@ async def test_a_turn_whose_chat_was_deleted_meanwhile_is_a_noop(
 async def test_a_handler_told_its_lease_is_lost_writes_nothing(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
     claimed = await claim_next_job(
         engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING

@@ -14,21 +14,22 @@ from fastapi import FastAPI
 
 from app.llm import OpenAIChatModel
 from app.profiles.document import SECTIONS, parse
-from tests.conftest import AuthFactory
-from tests.consolidation.test_pipeline import (
-    USER,
-    bullets,
-    head_content,
-    job_row,
-    make_handler,
-    make_worker,
-    put_memory,
-    save_turn,
-    versions,
-    wait_for,
+from tests.helpers.apps import USER, AuthFactory
+from tests.helpers.jobs import job_row
+from tests.helpers.llm_stub import (
+    ScriptStep,
+    StubLLMServer,
+    delay,
+    malformed,
+    refusal,
+    reply,
+    status,
 )
-from tests.enablement.settings_helpers import enable_company
-from tests.llm_stub import ScriptStep, StubLLMServer, delay, malformed, refusal, reply, status
+from tests.helpers.memory import head_content, put_memory, versions
+from tests.helpers.profiles import bullets
+from tests.helpers.settings import enable_company
+from tests.helpers.turns import queue_turn
+from tests.helpers.worker import make_handler, make_worker, wait_for
 
 BASE_PROFILE = """# User Memory
 
@@ -61,7 +62,7 @@ async def seeded(client: httpx.AsyncClient, auth: AuthFactory) -> None:
     """Memory on for the company, version 1 (a user edit) holding BASE_PROFILE, and one turn."""
     await enable_company(client, auth)
     await put_memory(client, auth, BASE_PROFILE)
-    await save_turn(client, auth, TURN)
+    await queue_turn(client, auth, TURN)
 
 
 async def run_one(app: FastAPI, chat_model: OpenAIChatModel, **settings: Any) -> Any:
@@ -352,7 +353,7 @@ async def test_a_user_who_asks_to_forget_lets_the_model_delete_past_the_change_g
 ) -> None:
     await enable_company(client, auth)
     await put_memory(client, auth, BASE_PROFILE)
-    await save_turn(client, auth, "Forget my job, my employer and my tools, please.")
+    await queue_turn(client, auth, "Forget my job, my employer and my tools, please.")
     llm_stub.script(
         reply(
             ops(
@@ -409,7 +410,7 @@ async def test_the_space_default_model_identifier_is_sent_as_the_api_model_name(
     """The turn names no model, so the space's default `AZURE_GPT_4o_2024_1120` applies; the
     API must receive its model name, not the platform identifier (which it would reject)."""
     await enable_company(client, auth)
-    await save_turn(client, auth, TURN, model=None)
+    await queue_turn(client, auth, TURN, model=None)
     llm_stub.script(reply("NOOP"))
 
     await run_one(app, chat_model)

@@ -12,21 +12,15 @@ from fastapi import FastAPI
 from app.llm import OpenAIChatModel
 from app.profiles.budget import TRUNCATION_MARKER
 from app.profiles.document import parse
-from tests.conftest import AuthFactory
-from tests.consolidation.test_pipeline import (
-    SPACE,
-    USER,
-    bullets,
-    job_row,
-    make_handler,
-    make_worker,
-    put_memory,
-    rows,
-    save_turn,
-    versions,
-)
-from tests.enablement.settings_helpers import enable_company, patch_space
-from tests.llm_stub import StubLLMServer, reply, status
+from tests.helpers.apps import SPACE, USER, AuthFactory
+from tests.helpers.db import rows
+from tests.helpers.jobs import job_row
+from tests.helpers.llm_stub import StubLLMServer, reply, status
+from tests.helpers.memory import put_memory, versions
+from tests.helpers.profiles import bullets
+from tests.helpers.settings import enable_company, patch_space
+from tests.helpers.turns import queue_turn
+from tests.helpers.worker import make_handler, make_worker
 
 BUDGET = 500
 BIG_PROFILE = "\n".join(
@@ -154,7 +148,7 @@ async def test_a_consolidation_over_budget_is_condensed_in_the_same_version(
     chat_model: OpenAIChatModel,
     llm_stub: StubLLMServer,
 ) -> None:
-    await save_turn(client, auth, "I prefer answers in German")
+    await queue_turn(client, auth, "I prefer answers in German")
     llm_stub.script(
         reply("UPDATE"),
         reply(
@@ -187,7 +181,7 @@ async def test_a_failed_condensation_falls_back_to_truncation(
     chat_model: OpenAIChatModel,
     llm_stub: StubLLMServer,
 ) -> None:
-    await save_turn(client, auth, "I prefer answers in German")
+    await queue_turn(client, auth, "I prefer answers in German")
     llm_stub.script(
         reply("UPDATE"),
         reply(

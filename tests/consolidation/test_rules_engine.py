@@ -1,7 +1,6 @@
 """The offline rule-based consolidator: what each pattern family stores, newest-wins slots,
 forget requests, NOOP turns, never-stored content, batches, and that its operations apply."""
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from app.profiles.document import (
     render,
     render_body,
 )
+from tests.helpers.profiles import profile_of
 
 NOW = datetime(2026, 6, 17, 11, 40, tzinfo=UTC)
 STAMP = "2026-06-17 11:40 UTC: "
@@ -31,8 +31,7 @@ ID, COMM, WORK = Section.IDENTITY, Section.COMMUNICATION, Section.WORK
 SKILLS, RECENT, FOLLOW = Section.SKILLS, Section.RECENT, Section.FOLLOWUPS
 
 
-def profile_with(bullets: Mapping[Section, Sequence[str]]) -> Profile:
-    return Profile.from_sections(Frontmatter("user_1", turn_count=4), bullets)
+FRONTMATTER = Frontmatter("user_1", turn_count=4)
 
 
 def consolidate(user: str, profile: Profile | None = None, assistant: str = "") -> RulesResult:
@@ -170,7 +169,9 @@ def test_a_new_statement_of_a_slot_updates_its_bullet(
 
 
 def test_a_slot_holding_two_contradicting_bullets_keeps_only_the_newest() -> None:
-    before = profile_with({ID: ["Works at Acme.", "Based in Bern.", "Works at Initech."]})
+    before = profile_of(
+        {ID: ["Works at Acme.", "Based in Bern.", "Works at Initech."]}, FRONTMATTER
+    )
 
     after = applied(before, consolidate("I work at Globex.", before))
 
@@ -178,7 +179,7 @@ def test_a_slot_holding_two_contradicting_bullets_keeps_only_the_newest() -> Non
 
 
 def test_role_and_employer_in_one_sentence_update_both_slots() -> None:
-    before = profile_with({ID: ["Works as a quant.", "Works at Acme."]})
+    before = profile_of({ID: ["Works as a quant.", "Works at Acme."]}, FRONTMATTER)
 
     after = applied(before, consolidate("I work for Globex as a risk manager.", before))
 
@@ -195,7 +196,7 @@ def test_independent_facts_of_one_section_accumulate() -> None:
 
 # --- forget requests ------------------------------------------------------------------------------
 
-KNOWN = profile_with(
+KNOWN = profile_of(
     {
         ID: ["Works as a credit risk analyst.", "Works at Acme Corp.", "Based in Zurich.",
              "Name: Anna."],
@@ -203,7 +204,8 @@ KNOWN = profile_with(
         WORK: ["Working on the quarterly IFRS 9 report."],
         SKILLS: ["Knows Python and SQL."],
         RECENT: ["2026-06-16 09:00 UTC: I work at Acme Corp."],
-    }
+    },
+    FRONTMATTER,
 )  # fmt: skip
 
 ACME = ["Works at Acme Corp.", "2026-06-16 09:00 UTC: I work at Acme Corp."]

@@ -16,28 +16,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from app.config import PROJECT_ROOT
 from app.llm import OpenAIChatModel
-from app.main import create_app
 from app.profiles.document import parse
-from tests.conftest import TEST_JWT_SECRET, AuthFactory, make_settings
-from tests.consolidation.test_pipeline import (
-    USER,
-    bullets,
-    head_content,
-    job_row,
-    make_handler,
-    make_worker,
-    rows,
-    save_turn,
-    versions,
-    wait_for,
-)
-from tests.enablement.settings_helpers import enable_company
-from tests.llm_stub import StubLLMServer, delay, reply
+from tests.helpers.apps import TEST_JWT_SECRET, USER, AuthFactory, app_with, client_of
+from tests.helpers.db import rows
+from tests.helpers.jobs import job_row
+from tests.helpers.llm_stub import StubLLMServer, delay, reply
+from tests.helpers.memory import head_content, versions
+from tests.helpers.profiles import bullets
+from tests.helpers.settings import enable_company
+from tests.helpers.turns import queue_turn
+from tests.helpers.worker import make_handler, make_worker, wait_for
 
 SKILLS = [
     "Python", "Rust", "Go", "Kotlin", "Scala", "Haskell", "Elixir", "Julia", "Terraform", "Ansible",
@@ -60,7 +52,7 @@ async def test_twenty_turns_in_four_chats_on_two_slots_keep_every_fact_and_a_lin
     running = asyncio.create_task(worker.run())
     try:
         for number, skill in enumerate(SKILLS):
-            await save_turn(client, auth, f"I know {skill}", chat_id=f"chat-{number % 4}")
+            await queue_turn(client, auth, f"I know {skill}", chat_id=f"chat-{number % 4}")
             await asyncio.sleep(0.01)
 
         async def drained() -> bool:
@@ -95,7 +87,7 @@ async def test_a_running_worker_holds_no_more_tasks_after_jobs_than_before(
         await asyncio.sleep(0.1)  # both slots polling an empty queue
         idle = len(asyncio.all_tasks())
         for number, skill in enumerate(SKILLS[:12]):
-            await save_turn(client, auth, f"I know {skill}", user=f"user-{number}")
+            await queue_turn(client, auth, f"I know {skill}", user=f"user-{number}")
 
         async def settled() -> bool:
             return await pending_jobs(app) == 0 and len(asyncio.all_tasks()) <= idle
@@ -109,26 +101,25 @@ async def test_a_running_worker_holds_no_more_tasks_after_jobs_than_before(
 async def test_serve_runs_the_worker_in_process_when_enabled(
     database_url: str, auth: AuthFactory, tmp_path: Path
 ) -> None:
-    settings = make_settings(
-        database_url,
-        worker_enabled=True,
-        worker_poll_seconds=0.05,
-        worker_heartbeat_file=tmp_path / "worker.heartbeat",
-    )
-    application = create_app(settings)
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            await enable_company(client, auth)
-            job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    async with (
+        app_with(
+            database_url,
+            worker_enabled=True,
+            worker_poll_seconds=0.05,
+            worker_heartbeat_file=tmp_path / "worker.heartbeat",
+        ) as application,
+        client_of(application) as client,
+    ):
+        await enable_company(client, auth)
+        job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
 
-            async def finished() -> bool:
-                return str((await job_row(application, job_id)).status) == "succeeded"
+        async def finished() -> bool:
+            return str((await job_row(application, job_id)).status) == "succeeded"
 
-            await wait_for(finished)
-            response = await client.get("/v1/me/memory", headers=auth(USER))
-            assert response.status_code == 200
-            assert "Works as a data engineer." in response.json()["content"]
+        await wait_for(finished)
+        response = await client.get("/v1/me/memory", headers=auth(USER))
+        assert response.status_code == 200
+        assert "Works as a data engineer." in response.json()["content"]
     assert (tmp_path / "worker.heartbeat").exists()
 
 
@@ -181,7 +172,7 @@ async def test_python_m_app_worker_consolidates_and_stops_gracefully_on_sigterm(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str, tmp_path: Path
 ) -> None:
     await enable_company(client, auth)
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     env = _cli_env(tmp_path, DATABASE_URL=database_url)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -253,7 +244,7 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_o
     """SIGKILL a `python -m app worker` process while it waits for the model: its lease runs
     out, another worker re-claims the job (attempt 2) and exactly one version is written."""
     await enable_company(client, auth)
-    job_id = await save_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     add = '{"decision": "UPDATE", "operations": [{"op": "ADD", "section": "Identity", "text": "Works at Acme."}]}'  # noqa: E501
     llm_stub.script(
         delay(60, then=reply("UPDATE")),  # the first worker's gate call: it never returns

@@ -9,17 +9,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import (
-    assistant,
-    client_with,
-    context,
-    rows,
-    save_turn,
-    stored,
-    turn_body,
-    user,
-)
+from tests.helpers.apps import AuthFactory, client_with
+from tests.helpers.db import rows
+from tests.helpers.turns import assistant, context, save_turn, stored, turn_body, user
 
 
 async def test_messages_are_paged_oldest_first(

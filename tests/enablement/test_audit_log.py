@@ -11,14 +11,9 @@ import pytest
 from fastapi import FastAPI
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import (
-    OPERATOR,
-    SPACE_ADMIN,
-    patch_space,
-    seed_memory,
-    set_flag,
-)
+from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
+from tests.helpers.memory import seed_memory
+from tests.helpers.settings import patch_space, set_flag
 
 
 async def events(

@@ -13,13 +13,9 @@ from sqlalchemy import event, text
 
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH
 from app.enablement.service import load_enablement
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import (
-    enable_company,
-    patch_space,
-    sessions,
-    set_flag,
-)
+from tests.helpers.apps import AuthFactory
+from tests.helpers.db import sessions
+from tests.helpers.settings import enable_company, patch_space, set_flag
 
 ALL_KEYS = ["company_flag", "space_setting", "web_search", "user_setting"]
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import OPERATOR, SPACE_ADMIN, set_flag
+from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
+from tests.helpers.settings import set_flag
 
 
 async def get_flags(

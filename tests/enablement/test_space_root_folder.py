@@ -10,14 +10,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import enable_company, patch_space, scalar
-
-
-async def root_folders(app: FastAPI, company: str = "acme") -> int:
-    sql = "SELECT count(*) FROM folders WHERE company_id = :c AND path = 'user-memory'"
-    count: int = await scalar(app, sql, c=company)
-    return count
+from tests.helpers.apps import AuthFactory
+from tests.helpers.db import scalar
+from tests.helpers.memory import root_folders
+from tests.helpers.settings import enable_company, patch_space
 
 
 async def test_saving_a_space_with_memory_on_ensures_the_root_folder(

@@ -9,13 +9,10 @@ import pytest
 from fastapi import FastAPI
 
 from app.enablement.decision import WEB_SEARCH_TOOLTIP
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import (
-    SPACE_ADMIN,
-    enable_company,
-    patch_space,
-    scalar,
-)
+from tests.helpers.apps import SPACE_ADMIN, AuthFactory
+from tests.helpers.db import scalar
+from tests.helpers.memory import root_folders
+from tests.helpers.settings import enable_company, patch_space
 
 DEFAULT_USER_MEMORY = {
     "use_orchestrator_language_model": True,
@@ -35,12 +32,6 @@ async def get_space(
 
 def blocking(body: dict[str, Any]) -> list[str]:
     return [c["key"] for c in body["decision"]["conditions"] if not c["satisfied"]]
-
-
-async def root_folders(app: FastAPI, company: str = "acme") -> int:
-    sql = "SELECT count(*) FROM folders WHERE company_id = :c AND path = 'user-memory'"
-    count: int = await scalar(app, sql, c=company)
-    return count
 
 
 # --- reading ------------------------------------------------------------------------------------

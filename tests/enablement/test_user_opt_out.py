@@ -16,14 +16,10 @@ from app.enablement.service import load_enablement
 from app.folders import service as folders
 from app.profiles import service as profiles
 from app.profiles.switch import lock_user_memory
-from tests.conftest import AuthFactory, admin_execute
-from tests.enablement.settings_helpers import (
-    enable_company,
-    memory_counts,
-    scalar,
-    seed_memory,
-    sessions,
-)
+from tests.helpers.apps import AuthFactory
+from tests.helpers.db import admin_execute, scalar, sessions
+from tests.helpers.memory import memory_counts, seed_memory
+from tests.helpers.settings import enable_company, patch_user_settings
 
 NOTHING_LEFT = {
     "folders": 0,
@@ -34,12 +30,6 @@ NOTHING_LEFT = {
     "finished_jobs": 2,
 }
 SEEDED = {"folders": 1, "acl": 2, "files": 1, "versions": 3, "pending_jobs": 3, "finished_jobs": 2}
-
-
-async def patch_settings(
-    client: httpx.AsyncClient, auth: AuthFactory, body: dict[str, Any], user: str = "alice"
-) -> httpx.Response:
-    return await client.patch("/v1/me/settings", json=body, headers=auth(user, "acme"))
 
 
 async def test_the_setting_is_on_until_the_user_changes_it(
@@ -56,7 +46,7 @@ async def test_opting_out_deletes_the_memory_and_says_what_it_deleted(
     await seed_memory(app, "alice")
     assert await memory_counts(app, "alice") == SEEDED
 
-    response = await patch_settings(client, auth, {"context_memory": False})
+    response = await patch_user_settings(client, auth, {"context_memory": False})
 
     assert response.status_code == 200
     assert response.json() == {
@@ -75,7 +65,7 @@ async def test_opting_out_leaves_everybody_elses_memory_alone(
     await seed_memory(app, "bob")
     await seed_memory(app, "alice", "globex")  # the same user id in another company
 
-    await patch_settings(client, auth, {"context_memory": False})
+    await patch_user_settings(client, auth, {"context_memory": False})
 
     assert await memory_counts(app, "bob") == SEEDED
     assert await memory_counts(app, "alice", "globex") == SEEDED
@@ -87,9 +77,9 @@ async def test_opting_out_twice_deletes_nothing_more(
     client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
 ) -> None:
     await seed_memory(app, "alice")
-    await patch_settings(client, auth, {"context_memory": False})
+    await patch_user_settings(client, auth, {"context_memory": False})
 
-    response = await patch_settings(client, auth, {"context_memory": False})
+    response = await patch_user_settings(client, auth, {"context_memory": False})
 
     assert response.status_code == 200
     assert response.json() == {
@@ -101,7 +91,7 @@ async def test_opting_out_twice_deletes_nothing_more(
 async def test_opting_out_without_any_memory_reports_zeros(
     client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    response = await patch_settings(client, auth, {"context_memory": False})
+    response = await patch_user_settings(client, auth, {"context_memory": False})
     assert response.json()["deleted"] == {
         "profile": False,
         "versions": 0,
@@ -114,9 +104,9 @@ async def test_opting_back_in_starts_from_nothing(
     client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
 ) -> None:
     await seed_memory(app, "alice")
-    await patch_settings(client, auth, {"context_memory": False})
+    await patch_user_settings(client, auth, {"context_memory": False})
 
-    response = await patch_settings(client, auth, {"context_memory": True})
+    response = await patch_user_settings(client, auth, {"context_memory": True})
 
     assert response.status_code == 200
     assert response.json() == {"context_memory": True, "deleted": None}
@@ -130,7 +120,7 @@ async def test_turning_it_on_when_already_on_deletes_nothing(
     client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
 ) -> None:
     await seed_memory(app, "alice")
-    response = await patch_settings(client, auth, {"context_memory": True})
+    response = await patch_user_settings(client, auth, {"context_memory": True})
     assert response.json() == {"context_memory": True, "deleted": None}
     assert await memory_counts(app, "alice") == SEEDED
 
@@ -152,7 +142,7 @@ async def test_the_deletion_is_one_transaction_with_the_setting(
         """,
     )
     try:
-        response = await patch_settings(client, auth, {"context_memory": False})
+        response = await patch_user_settings(client, auth, {"context_memory": False})
     finally:
         await admin_execute(
             database_url,
@@ -178,7 +168,7 @@ async def test_a_writer_holding_the_user_lock_cannot_outlive_an_opt_out(
     async with sessions(app)() as writer, writer.begin():
         await lock_user_memory(writer, "acme", "alice")
         assert (await load_enablement(writer, "acme", "space-1", "alice")).enabled
-        opt_out = asyncio.create_task(patch_settings(client, auth, {"context_memory": False}))
+        opt_out = asyncio.create_task(patch_user_settings(client, auth, {"context_memory": False}))
         await asyncio.sleep(0.3)  # the opt-out is now waiting for the lock
         assert not opt_out.done()
         folder_id, _ = await folders.ensure_user_folder(writer, alice)
@@ -231,7 +221,7 @@ async def test_invalid_bodies_are_422_and_delete_nothing(
     client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI, body: dict[str, Any], field: str
 ) -> None:
     await seed_memory(app, "alice")
-    response = await patch_settings(client, auth, body)
+    response = await patch_user_settings(client, auth, body)
 
     assert response.status_code == 422
     assert field in [error["field"] for error in response.json()["errors"]]

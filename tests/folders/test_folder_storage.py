@@ -24,7 +24,7 @@ from app.folders.acl import (
     user_folder,
 )
 from app.profiles import service as profiles
-from tests.enablement.settings_helpers import scalar, sessions
+from tests.helpers.db import scalar, sessions
 
 ALICE = Principal("alice", "acme", frozenset())
 INTRUDERS = {

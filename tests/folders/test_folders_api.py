@@ -6,14 +6,9 @@ from __future__ import annotations
 import httpx
 from fastapi import FastAPI
 
-from tests.conftest import AuthFactory
-from tests.enablement.settings_helpers import (
-    OPERATOR,
-    SPACE_ADMIN,
-    enable_company,
-    patch_space,
-    seed_memory,
-)
+from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
+from tests.helpers.memory import seed_memory
+from tests.helpers.settings import enable_company, patch_space
 
 PATH = "/v1/companies/acme/folders/user-memory"
 ROOT_VIEW = {

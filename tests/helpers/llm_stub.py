@@ -327,8 +327,8 @@ class StubLLMServer:
 async def llm_stub_fixture() -> AsyncIterator[StubLLMServer]:
     """Fixture `llm_stub`: a started `StubLLMServer`, stopped after the test.
 
-    Register it with `from tests.llm_stub import llm_stub_fixture  # noqa: F401` (the explicit
-    name keeps test parameters from shadowing the import)."""
+    Register it with `from tests.helpers.llm_stub import llm_stub_fixture  # noqa: F401` (the
+    explicit name keeps test parameters from shadowing the import)."""
     async with StubLLMServer() as stub:
         yield stub
 

@@ -1,32 +1,16 @@
-"""Helpers for the orchestrator-call tests: messages, the two calls over HTTP, settings through
-the settings API, a stored profile seeded as the profile service stores one, and an app built
-with other settings."""
+"""The orchestrator's two calls over HTTP: messages, loading a chat's context, saving a turn, and
+reading the chat's stored messages back."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from asgi_lifespan import LifespanManager
-from fastapi import FastAPI
-from sqlalchemy import event, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.auth import Principal
-from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
-from app.folders import service as folders
-from app.main import create_app
-from app.profiles import service as profiles
-from app.profiles.document import Frontmatter, Profile, Section, render, render_body
-from app.profiles.versions import STORED_TOKEN_COUNTER
-from tests.conftest import AuthFactory, make_settings
+from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory
 
-COMPANY = "acme"
-SPACE = "space-1"
 Msg = dict[str, str]
 
 
@@ -46,7 +30,8 @@ def pairs(messages: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in messages]
 
 
-# --- the two calls ------------------------------------------------------------------------------
+def new_chat() -> str:
+    return f"chat-{uuid.uuid4().hex[:8]}"
 
 
 async def context(
@@ -55,7 +40,7 @@ async def context(
     chat: str,
     messages: Sequence[Msg],
     *,
-    sub: str = "alice",
+    sub: str = USER,
     company: str = COMPANY,
     expect: int = 200,
     **fields: Any,
@@ -82,7 +67,7 @@ async def save_turn(
     messages: Sequence[Msg],
     answer: str,
     *,
-    sub: str = "alice",
+    sub: str = USER,
     company: str = COMPANY,
     **fields: Any,
 ) -> httpx.Response:
@@ -95,8 +80,27 @@ async def save_turn(
     return response
 
 
+async def queue_turn(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    user_text: str,
+    *,
+    answer: str = "Noted.",
+    chat_id: str = "chat-1",
+    user: str = USER,
+    model: str | None = "gpt-4o-mini",
+) -> uuid.UUID:
+    """Save one exchange whose consolidation is queued (202); the id of the job it queued."""
+    fields = {} if model is None else {"language_model": model}
+    response = await save_turn(
+        client, auth, chat_id, [{"role": "user", "content": user_text}], answer, sub=user, **fields
+    )
+    assert response.status_code == 202, response.text
+    return uuid.UUID(response.json()["consolidation"]["job_id"])
+
+
 async def stored(
-    client: httpx.AsyncClient, auth: AuthFactory, chat: str, *, sub: str = "alice"
+    client: httpx.AsyncClient, auth: AuthFactory, chat: str, *, sub: str = USER
 ) -> list[dict[str, Any]]:
     """Every stored message of the chat, following the cursor to the end."""
     items: list[dict[str, Any]] = []
@@ -112,148 +116,3 @@ async def stored(
         cursor = page["next_cursor"]
         if cursor is None:
             return items
-
-
-# --- settings through the settings API ----------------------------------------------------------
-
-
-async def set_flag(
-    client: httpx.AsyncClient, auth: AuthFactory, flag: str, enabled: bool, company: str = COMPANY
-) -> None:
-    response = await client.put(
-        f"/v1/companies/{company}/feature-flags/{flag}",
-        json={"enabled": enabled},
-        headers=auth("olga", "platform", ("operator",)),
-    )
-    assert response.status_code == 200, response.text
-
-
-async def patch_space(
-    client: httpx.AsyncClient,
-    auth: AuthFactory,
-    body: dict[str, Any],
-    space: str = SPACE,
-    company: str = COMPANY,
-) -> None:
-    response = await client.patch(
-        f"/v1/spaces/{space}", json=body, headers=auth("sam", company, ("space_admin",))
-    )
-    assert response.status_code == 200, response.text
-
-
-async def set_user_memory(
-    client: httpx.AsyncClient, auth: AuthFactory, sub: str, enabled: bool
-) -> None:
-    response = await client.patch(
-        "/v1/me/settings", json={"context_memory": enabled}, headers=auth(sub, COMPANY)
-    )
-    assert response.status_code == 200, response.text
-
-
-async def enable_memory(
-    client: httpx.AsyncClient, auth: AuthFactory, *, allow_with_web_search: bool = False
-) -> None:
-    """Company flag on (and optionally the web-search allowance); the space left at defaults."""
-    await set_flag(client, auth, FLAG_CONTEXT_MEMORY, True)
-    if allow_with_web_search:
-        await set_flag(client, auth, FLAG_ALLOW_WITH_WEB_SEARCH, True)
-
-
-# --- a stored profile ---------------------------------------------------------------------------
-
-
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
-
-
-def profile_of(user_id: str, bullets: dict[Section, list[str]]) -> Profile:
-    frontmatter = Frontmatter(
-        user_id=user_id, last_updated=datetime(2026, 11, 1, tzinfo=UTC), turn_count=1
-    )
-    return Profile.from_sections(frontmatter, bullets)
-
-
-async def seed_profile(
-    app: FastAPI,
-    user_id: str,
-    bullets: dict[Section, list[str]],
-    *,
-    company: str = COMPANY,
-    version: int = 1,
-) -> str:
-    """The user's folder (through the folders service), memory.md and one head version, stored
-    as the profile service stores them (`tokens` of the body); returns the document."""
-    profile = profile_of(user_id, bullets)
-    document = render(profile)
-    principal = Principal(user_id=user_id, company_id=company, roles=frozenset())
-    async with sessions(app)() as session, session.begin():
-        folder_id, _ = await folders.ensure_user_folder(session, principal)
-        await profiles.ensure_memory_file(session, company, user_id, folder_id)
-        await session.execute(
-            text(
-                "INSERT INTO memory_versions (company_id, user_id, version, content, sha256,"
-                " tokens, reason) VALUES (:c, :u, :v, :content, :sha, :tokens, 'consolidation')"
-            ),
-            {
-                "c": company,
-                "u": user_id,
-                "v": version,
-                "content": document,
-                "sha": "0" * 64,
-                "tokens": STORED_TOKEN_COUNTER.count(render_body(profile)),
-            },
-        )
-        await session.execute(
-            text(
-                "UPDATE memory_files SET head_version = :v WHERE company_id = :c AND user_id = :u"
-            ),
-            {"c": company, "u": user_id, "v": version},
-        )
-    return document
-
-
-async def rows(app: FastAPI, sql: str, **params: Any) -> list[Any]:
-    async with sessions(app)() as session:
-        return list((await session.execute(text(sql), params)).all())
-
-
-# --- instrumentation and other apps -------------------------------------------------------------
-
-
-@contextmanager
-def statements(app: FastAPI) -> Iterator[list[str]]:
-    """The SQL statements the app sends while the block runs: those of the session engine
-    (where BEGIN/COMMIT are protocol-level with asyncpg and do not appear) and every statement
-    of the hot path's driver connections (BEGIN and COMMIT included)."""
-    seen: list[str] = []
-    database = app.state.database
-    engine = database.engine.sync_engine
-
-    def record(*args: Any) -> None:
-        seen.append(str(args[2]))
-
-    def record_driver(query: Any) -> None:
-        seen.append(str(query.query))
-
-    event.listen(engine, "before_cursor_execute", record)
-    database.driver.add_query_logger(record_driver)
-    try:
-        yield seen
-    finally:
-        database.driver.remove_query_logger(record_driver)
-        event.remove(engine, "before_cursor_execute", record)
-
-
-@asynccontextmanager
-async def client_with(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on a second app built with other settings (same database)."""
-    application = create_app(make_settings(database_url, **overrides))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
-            yield http
-
-
-def new_chat() -> str:
-    return f"chat-{uuid.uuid4().hex[:8]}"

@@ -18,74 +18,15 @@ from app.jobs import repository as jobs
 from app.jobs.queue import (
     BACKOFF_CAP_SECONDS,
     JOBS,
-    ClaimedJob,
-    JobKind,
     backoff_seconds,
-    claim_next_job,
     complete_jobs,
     enqueue_job,
     fail_jobs,
     heartbeat,
     release_jobs,
 )
-
-LEASE = 60
-COALESCING = frozenset({"consolidation"})  # as the consolidation domain registers it
-COMPANY = "acme"
-
-
-async def enqueue(
-    sessions: async_sessionmaker[AsyncSession],
-    user: str = "alice",
-    *,
-    company: str = COMPANY,
-    kind: JobKind = "consolidation",
-    max_attempts: int = 5,
-    count: int = 1,
-) -> list[uuid.UUID]:
-    async with sessions() as session, session.begin():
-        return [
-            await enqueue_job(
-                session,
-                company_id=company,
-                user_id=user,
-                kind=kind,
-                payload={"turn_ids": [str(uuid.uuid4())], "space_id": "space-1", "model": None},
-                max_attempts=max_attempts,
-            )
-            for _ in range(count)
-        ]
-
-
-async def claim(
-    engine: AsyncEngine,
-    *,
-    worker: str = "w1",
-    batch_size: int = 10,
-    lease: float = LEASE,
-    now: datetime | None = None,
-) -> ClaimedJob | None:
-    return await claim_next_job(
-        engine,
-        worker_id=worker,
-        lease_seconds=lease,
-        batch_size=batch_size,
-        coalesce=COALESCING,
-        now=now,
-    )
-
-
-async def claim_one(
-    engine: AsyncEngine,
-    *,
-    worker: str = "w1",
-    batch_size: int = 10,
-    lease: float = LEASE,
-    now: datetime | None = None,
-) -> ClaimedJob:
-    claimed = await claim(engine, worker=worker, batch_size=batch_size, lease=lease, now=now)
-    assert claimed is not None
-    return claimed
+from tests.helpers.apps import COMPANY
+from tests.helpers.jobs import LEASE, claim, claim_one, enqueue
 
 
 async def db_now(engine: AsyncEngine) -> datetime:

@@ -10,46 +10,18 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.jobs.queue import (
-    ClaimedJob,
-    claim_next_job,
     complete_jobs,
-    enqueue_job,
     fail_jobs,
 )
-from tests.conftest import AuthFactory
+from tests.helpers.apps import OPERATOR, AuthFactory
+from tests.helpers.jobs import claim_one, enqueue
 
-OPERATOR = ("operator",)
-
-
-async def enqueue(
-    sessions: async_sessionmaker[AsyncSession],
-    user: str = "alice",
-    company: str = "acme",
-    count: int = 1,
-) -> list[uuid.UUID]:
-    async with sessions() as session, session.begin():
-        return [
-            await enqueue_job(
-                session,
-                company_id=company,
-                user_id=user,
-                kind="consolidation",
-                payload={"turn_ids": ["turn-secret-id"], "space_id": "space-1"},
-                max_attempts=3,
-            )
-            for _ in range(count)
-        ]
-
-
-async def claim(engine: AsyncEngine) -> ClaimedJob:
-    claimed = await claim_next_job(engine, worker_id="w1", lease_seconds=60, batch_size=1)
-    assert claimed is not None
-    return claimed
+SECRET_PAYLOAD = {"turn_ids": ["turn-secret-id"], "space_id": "space-1"}  # never listed
 
 
 async def kill(engine: AsyncEngine) -> uuid.UUID:
     """Claim the next job and dead-letter it."""
-    claimed = await claim(engine)
+    claimed = await claim_one(engine, batch_size=1, coalesce=())
     result = await fail_jobs(
         engine,
         claimed,
@@ -67,7 +39,7 @@ async def test_a_user_polls_their_own_job(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    [job_id] = await enqueue(sessions)
+    [job_id] = await enqueue(sessions, max_attempts=3, payload=SECRET_PAYLOAD)
     response = await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))
     assert response.status_code == 200
     assert response.json() == {
@@ -79,7 +51,7 @@ async def test_a_user_polls_their_own_job(
         "error": None,
     }
 
-    claimed = await claim(engine)
+    claimed = await claim_one(engine, batch_size=1, coalesce=())
     async with engine.begin() as conn:
         assert await complete_jobs(conn, claimed, outcome="updated", version=4)
     done = (await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))).json()
@@ -97,7 +69,7 @@ async def test_a_dead_job_shows_its_error_class_and_message(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    await enqueue(sessions)
+    await enqueue(sessions, max_attempts=3, payload=SECRET_PAYLOAD)
     job_id = await kill(engine)
     body = (await client.get(f"/v1/jobs/{job_id}", headers=auth("alice"))).json()
     assert body["status"] == "dead"
@@ -118,7 +90,7 @@ async def test_nobody_else_sees_a_users_job(
     sessions: async_sessionmaker[AsyncSession],
     caller: tuple[str, str, tuple[str, ...]],
 ) -> None:
-    [job_id] = await enqueue(sessions)
+    [job_id] = await enqueue(sessions, max_attempts=3, payload=SECRET_PAYLOAD)
     response = await client.get(f"/v1/jobs/{job_id}", headers=auth(*caller))
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
@@ -138,9 +110,11 @@ async def test_operators_list_one_companys_jobs_without_payloads(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    [alice_job] = await enqueue(sessions, "alice")
-    [bob_job] = await enqueue(sessions, "bob")
-    [foreign] = await enqueue(sessions, "alice", company="other-co")
+    [alice_job] = await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
+    [bob_job] = await enqueue(sessions, "bob", max_attempts=3, payload=SECRET_PAYLOAD)
+    [foreign] = await enqueue(
+        sessions, "alice", company="other-co", max_attempts=3, payload=SECRET_PAYLOAD
+    )
 
     response = await client.get("/v1/companies/acme/jobs", headers=auth("olga", "ops", OPERATOR))
     assert response.status_code == 200
@@ -170,9 +144,9 @@ async def test_the_status_filter_shows_the_dead_letters(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    await enqueue(sessions, "alice")
+    await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
     dead = await kill(engine)
-    [queued] = await enqueue(sessions, "bob")
+    [queued] = await enqueue(sessions, "bob", max_attempts=3, payload=SECRET_PAYLOAD)
     headers = auth("olga", "ops", OPERATOR)
 
     dead_only = await client.get("/v1/companies/acme/jobs?status=dead", headers=headers)
@@ -195,7 +169,11 @@ async def test_the_status_filter_shows_the_dead_letters(
 async def test_the_listing_pages_newest_first(
     client: httpx.AsyncClient, auth: AuthFactory, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    created = [job_id for n in range(5) for job_id in await enqueue(sessions, f"user-{n}")]
+    created = [
+        job_id
+        for n in range(5)
+        for job_id in await enqueue(sessions, f"user-{n}", max_attempts=3, payload=SECRET_PAYLOAD)
+    ]
     headers = auth("olga", "ops", OPERATOR)
     seen: list[str] = []
     pages = 0
@@ -225,10 +203,12 @@ async def test_an_operator_retries_a_dead_job(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    await enqueue(sessions, "alice")
+    await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
     dead = await kill(engine)
-    [queued] = await enqueue(sessions, "bob")
-    [foreign] = await enqueue(sessions, "carol", company="other-co")
+    [queued] = await enqueue(sessions, "bob", max_attempts=3, payload=SECRET_PAYLOAD)
+    [foreign] = await enqueue(
+        sessions, "carol", company="other-co", max_attempts=3, payload=SECRET_PAYLOAD
+    )
     headers = auth("olga", "ops", OPERATOR)
 
     response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=headers)
@@ -240,7 +220,7 @@ async def test_an_operator_retries_a_dead_job(
         0,
         None,
     )
-    again = await claim(engine)
+    again = await claim_one(engine, batch_size=1, coalesce=())
     assert again.jobs[0].id == dead
 
     not_dead = await client.post(f"/v1/companies/acme/jobs/{queued}/retry", headers=headers)
@@ -259,7 +239,7 @@ async def test_a_plain_user_may_not_retry(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    await enqueue(sessions, "alice")
+    await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
     dead = await kill(engine)
     response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=auth("alice"))
     assert response.status_code == 403

@@ -11,8 +11,8 @@ from app.db import Database
 from app.jobs.worker import Worker, WorkerConfig
 from app.observability import Metrics
 from app.turns.repository import prune_idempotency_keys
-from tests.conftest import admin_execute
-from tests.consolidation.test_pipeline import rows, wait_for
+from tests.helpers.db import admin_execute, rows
+from tests.helpers.worker import wait_for
 
 
 async def never_called(*_: object) -> str:

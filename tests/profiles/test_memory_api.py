@@ -3,40 +3,15 @@ and what a client can never do (write structure, frontmatter, or oversized profi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import httpx
 import pytest
 
-from app.profiles.document import Frontmatter, Profile, Section, parse, render
-from tests.conftest import AuthFactory
+from app.profiles.document import Section, parse
+from tests.helpers.apps import AuthFactory
+from tests.helpers.memory import ME, create, replace
+from tests.helpers.profiles import memory_md
 
-ME = "/v1/me/memory"
 PROBLEM = "application/problem+json"
-
-
-def memory_md(
-    bullets: Mapping[Section, Sequence[str]] | None = None, *, user_id: str = "alice"
-) -> str:
-    """A canonical memory.md (as a client would send back what it read)."""
-    sections = {section: list(texts) for section, texts in (bullets or {}).items()}
-    return render(Profile.from_sections(Frontmatter(user_id=user_id), sections))
-
-
-async def create(
-    client: httpx.AsyncClient, headers: dict[str, str], content: str
-) -> httpx.Response:
-    return await client.put(
-        ME, json={"content": content}, headers={**headers, "If-None-Match": "*"}
-    )
-
-
-async def replace(
-    client: httpx.AsyncClient, headers: dict[str, str], content: str, version: int
-) -> httpx.Response:
-    return await client.put(
-        ME, json={"content": content}, headers={**headers, "If-Match": f'"{version}"'}
-    )
 
 
 def bullets_of(response: httpx.Response, section: Section) -> tuple[str, ...]:

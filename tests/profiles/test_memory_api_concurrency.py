@@ -11,13 +11,20 @@ from itertools import pairwise
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.profiles import repository
 from app.profiles.document import Profile, Section, parse, render_body
-from app.profiles.versions import VersionConflict, VersionRow, stamp
-from tests.conftest import AuthFactory
-from tests.profiles.test_memory_api import ME, create, memory_md
+from app.profiles.versions import (
+    ExpectedHead,
+    VersionConflict,
+    VersionRow,
+    VersionSource,
+    stamp,
+)
+from tests.helpers.apps import AuthFactory
+from tests.helpers.db import sessions
+from tests.helpers.memory import ME, create
+from tests.helpers.profiles import memory_md
 
 WRITERS = 8
 SEED = "seed bullet"
@@ -53,11 +60,6 @@ def lost_update_problems(history: Sequence[VersionRow], edits: Sequence[str]) ->
         if head.count(edit) != 1:
             problems.append(f"{edit!r} is in the head {head.count(edit)} times")
     return problems
-
-
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
 
 
 async def stored_history(app: FastAPI) -> list[VersionRow]:
@@ -118,14 +120,12 @@ async def test_control_without_compare_and_set_the_checker_sees_lost_updates(
                 async with maker() as session, session.begin():
                     current = await repository.select_head_version(session, "acme", "alice")
                     assert current is not None
+                    # the CAS token refreshed, the content stale
                     await repository.write_version(
                         session,
-                        company_id="acme",
-                        user_id="alice",
-                        expected_version=current,  # the CAS token refreshed, the content stale
-                        profile=stamp(edited, user_id="alice", now=head.created_at, turn_count=0),
-                        reason="user_edit",
-                        operations=[],
+                        ExpectedHead("acme", "alice", current),
+                        stamp(edited, user_id="alice", now=head.created_at, turn_count=0),
+                        source=VersionSource("user_edit"),
                         tokens=1,
                     )
                 return

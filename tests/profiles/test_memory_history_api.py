@@ -8,15 +8,14 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.main import create_app
 from app.profiles.document import Section, parse, render_body
-from tests.conftest import AuthFactory, make_settings
-from tests.profiles.test_memory_api import ME, create, memory_md, replace
+from tests.helpers.apps import AuthFactory, client_with
+from tests.helpers.db import sessions
+from tests.helpers.memory import ME, create, replace
+from tests.helpers.profiles import memory_md
 
 WORK = Section.WORK
 
@@ -176,11 +175,8 @@ async def test_restoring_the_current_content_writes_nothing(
 
 @pytest.fixture
 async def small_retention_client(database_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    application = create_app(make_settings(database_url, memory_max_versions=3))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
-            yield http
+    async with client_with(database_url, memory_max_versions=3) as http:
+        yield http
 
 
 async def test_retention_keeps_the_newest_versions_contiguously(
@@ -252,11 +248,6 @@ async def test_a_user_without_a_memory_folder_gets_404_everywhere(
 
 
 # --- export -------------------------------------------------------------------------------------
-
-
-def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
-    maker: async_sessionmaker[AsyncSession] = app.state.database.sessionmaker
-    return maker
 
 
 async def seed_chat(app: FastAPI, company: str, user: str, chat_id: str, *texts: str) -> uuid.UUID:

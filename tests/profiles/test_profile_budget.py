@@ -1,6 +1,5 @@
 """Hard truncation drops whole bullets, Follow-ups and the oldest Recent Topics first, to fit."""
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -8,7 +7,6 @@ import pytest
 from app.profiles.budget import DROP_ORDER, TRUNCATION_MARKER, truncate_to_budget
 from app.profiles.document import (
     SECTIONS,
-    Frontmatter,
     Profile,
     Section,
     empty_profile,
@@ -19,6 +17,7 @@ from app.profiles.document import (
 )
 from app.profiles.profile import topic_prefix
 from app.tokens import TokenCounter
+from tests.helpers.profiles import profile_of
 
 COUNTER = TokenCounter()
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -28,10 +27,6 @@ def chars(text: str) -> int:
     return len(text)
 
 
-def profile(bullets: Mapping[Section, Sequence[str]]) -> Profile:
-    return Profile.from_sections(Frontmatter("user_1"), bullets)
-
-
 def long_profile(per_section: int, words: int = 70) -> Profile:
     def bullet(section: Section, n: int) -> str:
         text = f"{section.value} fact {n}: " + " ".join(f"detail{i}" for i in range(words))
@@ -39,7 +34,7 @@ def long_profile(per_section: int, words: int = 70) -> Profile:
             text = topic_prefix(START + timedelta(days=n)) + text
         return sanitize_bullet(text[:480])
 
-    return profile({s: [bullet(s, n) for n in range(per_section)] for s in SECTIONS})
+    return profile_of({s: [bullet(s, n) for n in range(per_section)] for s in SECTIONS})
 
 
 def assert_dropped_in_order(original: Profile, result: Profile) -> None:
@@ -89,7 +84,7 @@ def test_identity_outlives_everything_else() -> None:
 @pytest.mark.parametrize("budget", [500, 2000, 8000])
 def test_huge_single_bullets_are_dropped_whole(budget: int) -> None:
     dense = "😀🧪" * 249  # ~500 characters, well over a thousand tokens each
-    original = profile({s: [f"{s.value} {dense}"[:500]] for s in SECTIONS})
+    original = profile_of({s: [f"{s.value} {dense}"[:500]] for s in SECTIONS})
 
     result = truncate_to_budget(original, budget, COUNTER.count)
 
@@ -104,8 +99,10 @@ def test_recent_topics_lose_their_oldest_dates_first() -> None:
     dated = [
         topic_prefix(START + timedelta(days=offset)) + f"topic {offset}" for offset in (3, 0, 5, 1)
     ]
-    original = profile({Section.RECENT: ["undated topic", *dated], Section.FOLLOWUPS: ["revisit"]})
-    without_two = profile({Section.RECENT: [dated[0], dated[2], dated[3]]})
+    original = profile_of(
+        {Section.RECENT: ["undated topic", *dated], Section.FOLLOWUPS: ["revisit"]}
+    )
+    without_two = profile_of({Section.RECENT: [dated[0], dated[2], dated[3]]})
     budget = len(render_body(Profile(without_two.frontmatter, without_two.sections, True)))
 
     result = truncate_to_budget(original, budget, chars)

@@ -1,6 +1,5 @@
 """Update operations: what ADD / UPDATE / DELETE do to a profile, their JSON form, and diffs."""
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -10,13 +9,13 @@ from app.profiles.document import (
     Operation,
     OperationError,
     OpKind,
-    Profile,
     Section,
     apply,
     diff_operations,
     parse,
     render,
 )
+from tests.helpers.profiles import profile_of
 
 NOW = datetime(2026, 6, 18, 9, 5, 42, tzinfo=UTC)
 EARLIER = datetime(2026, 6, 17, 12, 0, tzinfo=UTC)
@@ -25,17 +24,16 @@ ADD, UPDATE, DELETE = OpKind.ADD, OpKind.UPDATE, OpKind.DELETE
 ID, WORK, RECENT = Section.IDENTITY, Section.WORK, Section.RECENT
 
 
-def profile(bullets: Mapping[Section, Sequence[str]], *, truncated: bool = False) -> Profile:
-    frontmatter = Frontmatter("user_1", last_updated=EARLIER, turn_count=3)
-    return Profile.from_sections(frontmatter, bullets, truncated=truncated)
+FRONTMATTER = Frontmatter("user_1", last_updated=EARLIER, turn_count=3)
 
 
-BASE = profile(
+BASE = profile_of(
     {
         ID: ["Works as a credit risk analyst.", "Based in Zurich."],
         WORK: ["Preparing the IFRS 9 report."],
         RECENT: ["2026-06-17 11:40 UTC: Discussed staging rules."],
-    }
+    },
+    FRONTMATTER,
 )
 
 APPLY_CASES = [
@@ -106,13 +104,13 @@ def test_a_change_stamps_the_frontmatter_and_keeps_the_owner() -> None:
     ids=["no ops", "duplicate add", "blank add", "identity update", "add then delete"],
 )
 def test_no_net_change_returns_the_same_profile_unstamped(ops: list[Operation]) -> None:
-    truncated = profile({ID: ["Based in Zurich."]}, truncated=True)
+    truncated = profile_of({ID: ["Based in Zurich."]}, FRONTMATTER, truncated=True)
 
     assert apply(truncated, ops, NOW) is truncated
 
 
 def test_a_changed_profile_is_no_longer_marked_truncated() -> None:
-    truncated = profile({ID: ["Based in Zurich."]}, truncated=True)
+    truncated = profile_of({ID: ["Based in Zurich."]}, FRONTMATTER, truncated=True)
 
     assert not apply(truncated, [Operation(ADD, WORK, text="x")], NOW).truncated
 
@@ -214,7 +212,7 @@ DIFF_CASES = [
 def test_diff_operations_describe_the_rewrite(
     old: list[str], new: list[str], expected: list[Operation]
 ) -> None:
-    before, after = profile({WORK: old}), profile({WORK: new})
+    before, after = profile_of({WORK: old}, FRONTMATTER), profile_of({WORK: new}, FRONTMATTER)
 
     ops = diff_operations(before, after)
 
@@ -223,8 +221,8 @@ def test_diff_operations_describe_the_rewrite(
 
 
 def test_diff_across_sections_moves_a_bullet() -> None:
-    before = profile({WORK: ["Knows SQL."]})
-    after = profile({Section.SKILLS: ["Knows SQL."]})
+    before = profile_of({WORK: ["Knows SQL."]}, FRONTMATTER)
+    after = profile_of({Section.SKILLS: ["Knows SQL."]}, FRONTMATTER)
 
     assert diff_operations(before, after) == [
         Operation(DELETE, WORK, target="Knows SQL."),

@@ -28,8 +28,10 @@ from app.profiles.document import (
 )
 from app.profiles.versions import (
     EntityTags,
+    ExpectedHead,
     MemoryFileMissing,
     VersionConflict,
+    VersionSource,
     check_write_preconditions,
     count_tokens,
     parse_entity_tags,
@@ -144,18 +146,15 @@ async def write(db: AsyncSession, expected: int, profile: Profile) -> int:
     async with db.begin():
         row = await repository.write_version(
             db,
-            company_id="acme",
-            user_id="alice",
-            expected_version=expected,
-            profile=stamp(profile, user_id="alice", now=NOW, turn_count=0),
-            reason="user_edit",
-            operations=[],
+            ExpectedHead("acme", "alice", expected),
+            stamp(profile, user_id="alice", now=NOW, turn_count=0),
+            source=VersionSource("user_edit"),
             tokens=5,
         )
     return row.version
 
 
-async def versions(db: AsyncSession) -> list[int]:
+async def version_numbers(db: AsyncSession) -> list[int]:
     async with db.begin():
         rows = await repository.read_all_versions(db, "acme", "alice")
     return [row.version for row in rows]
@@ -170,7 +169,7 @@ async def test_write_version_advances_the_head_by_compare_and_set(session: Async
         await write(session, 1, work("lost"))
 
     assert (stale.value.expected, stale.value.current) == (1, 2)
-    assert await versions(session) == [1, 2]
+    assert await version_numbers(session) == [1, 2]
     async with session.begin():
         head = await repository.read_head(session, "acme", "alice")
     assert head is not None
@@ -213,12 +212,9 @@ async def test_the_owner_must_be_in_the_frontmatter(session: AsyncSession) -> No
         async with session.begin():
             await repository.write_version(
                 session,
-                company_id="acme",
-                user_id="alice",
-                expected_version=0,
-                profile=work("a", user_id="mallory"),
-                reason="user_edit",
-                operations=[],
+                ExpectedHead("acme", "alice", 0),
+                work("a", user_id="mallory"),
+                source=VersionSource("user_edit"),
                 tokens=1,
             )
 
@@ -231,10 +227,10 @@ async def test_pruning_keeps_the_newest_and_never_the_head(session: AsyncSession
     async with session.begin():
         assert await repository.prune_versions(session, "acme", "alice", 2) == 3
         assert await repository.prune_versions(session, "acme", "alice", 2) == 0
-    assert await versions(session) == [4, 5]
+    assert await version_numbers(session) == [4, 5]
     async with session.begin():
         assert await repository.prune_versions(session, "acme", "alice", 1) == 1
-    assert await versions(session) == [5]
+    assert await version_numbers(session) == [5]
     with pytest.raises(ValueError, match="head"):
         await repository.prune_versions(session, "acme", "alice", 0)
 
@@ -284,18 +280,17 @@ async def save(
     async with db.begin():
         row = await service.save_consolidation(
             db,
-            company_id="acme",
-            user_id="alice",
-            expected_version=expected,
-            new_profile=profile,
-            reason=reason,  # type: ignore[arg-type]
-            operations=[Operation(OpKind.ADD, Section.WORK, text="x")],
-            keep_versions=50,
-            source_turn_ids=["t-1"],
-            model="gpt-test",
-            tokens_in=10,
-            tokens_out=3,
-            job_id=uuid.UUID(int=7),
+            ExpectedHead("acme", "alice", expected),
+            profile,
+            VersionSource(
+                reason=reason,  # type: ignore[arg-type]
+                operations=(Operation(OpKind.ADD, Section.WORK, text="x"),),
+                source_turn_ids=("t-1",),
+                model="gpt-test",
+                tokens_in=10,
+                tokens_out=3,
+                job_id=uuid.UUID(int=7),
+            ),
             now=NOW,
         )
     return None if row is None else row.version
@@ -341,7 +336,7 @@ async def test_an_unchanged_profile_writes_nothing(session: AsyncSession) -> Non
     assert await save(session, 0, empty_profile("alice")) is None
     assert await save(session, 0, work("a")) == 1
     assert await save(session, 1, work("a")) is None
-    assert await versions(session) == [1]
+    assert await version_numbers(session) == [1]
 
 
 async def test_a_stale_consolidation_conflicts(session: AsyncSession) -> None:

@@ -13,21 +13,12 @@ from fastapi import FastAPI
 
 from app.profiles.document import TRUNCATION_MARKER, Section
 from app.profiles.injection import MEMORY_SECTION_TITLE
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import (
-    COMPANY,
-    enable_memory,
-    new_chat,
-    patch_space,
-    rows,
-    save_turn,
-    seed_profile,
-    set_user_memory,
-    statements,
-    system,
-    user,
-)
-from tests.turns.turn_helpers import context as load
+from tests.helpers.apps import COMPANY, SPACE, AuthFactory
+from tests.helpers.db import rows, statements
+from tests.helpers.memory import seed_profile
+from tests.helpers.settings import enable_company, patch_space, patch_user_settings
+from tests.helpers.turns import context as load
+from tests.helpers.turns import new_chat, save_turn, system, user
 
 ALICE_FACTS = {
     Section.IDENTITY: ["Alice is a data engineer in Berlin"],
@@ -46,7 +37,7 @@ def system_prompt(result: dict[str, Any]) -> str:
 async def test_profile_is_injected_into_the_system_prompt(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", ALICE_FACTS, version=3)
 
     result = await load(
@@ -71,7 +62,7 @@ async def test_profile_is_injected_into_the_system_prompt(
 async def test_memory_section_joins_the_templates_system_message(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", ALICE_FACTS)
 
     result = await load(client, auth, new_chat(), [system("Be helpful."), user("Hi")])
@@ -101,14 +92,15 @@ async def test_section_present_exactly_when_memory_is_effectively_enabled(
     blocked_by: str | None,
 ) -> None:
     if setup != "company_flag_off":
-        await enable_memory(client, auth, allow_with_web_search=setup.endswith("allowed"))
+        await enable_company(client, auth, allow_with_web_search=setup.endswith("allowed"))
     if setup == "space_disabled":
-        await patch_space(client, auth, {"context_memory": False})
+        await patch_space(client, auth, SPACE, {"context_memory": False}, expect=200)
     if setup.startswith("web_search_on"):
-        await patch_space(client, auth, {"web_search": True})
+        await patch_space(client, auth, SPACE, {"web_search": True}, expect=200)
     if setup == "user_opted_out":
         await seed_profile(app, "alice", ALICE_FACTS)
-        await set_user_memory(client, auth, "alice", False)  # deletes the memory
+        # opting out deletes the memory
+        await patch_user_settings(client, auth, {"context_memory": False}, "alice", expect=200)
     # a profile row exists in every case (re-seeded after the opt-out deleted it)
     await seed_profile(app, "alice", ALICE_FACTS, version=7)
 
@@ -134,7 +126,7 @@ async def test_section_present_exactly_when_memory_is_effectively_enabled(
 async def test_no_profile_yet_means_no_section_at_all(
     client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
 
     result = await load(client, auth, new_chat(), [system("Be helpful."), user("Hi")], debug=True)
 
@@ -148,7 +140,7 @@ async def test_no_profile_yet_means_no_section_at_all(
 async def test_an_empty_profile_injects_nothing(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", {})
 
     result = await load(client, auth, new_chat(), [user("Hi")], debug=True)
@@ -170,7 +162,7 @@ async def test_without_any_system_prompt_there_is_no_system_message(
 async def test_another_users_profile_is_never_injected(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "bob", BOB_FACTS)
     chat = "shared-chat-id"
 
@@ -185,7 +177,7 @@ async def test_another_users_profile_is_never_injected(
 async def test_the_folder_acl_gates_reading_memory(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", ALICE_FACTS)
     async with app.state.database.engine.begin() as conn:
         await conn.exec_driver_sql(
@@ -219,8 +211,8 @@ def big_profile() -> dict[Section, list[str]]:
 async def test_over_budget_profile_is_truncated_and_condensed_once(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
-    await patch_space(client, auth, {"user_memory": {"max_tokens": 500}})
+    await enable_company(client, auth)
+    await patch_space(client, auth, SPACE, {"user_memory": {"max_tokens": 500}}, expect=200)
     await seed_profile(app, "alice", big_profile())
 
     first = await load(client, auth, new_chat(), [user("Hi")], debug=True)
@@ -253,7 +245,7 @@ async def test_common_path_is_one_select(
 ) -> None:
     """Flags, settings, profile, folder ACL and history come back from one statement, with no
     BEGIN or COMMIT around it: a single read needs no transaction of its own."""
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", ALICE_FACTS)
     chat = new_chat()
     await save_turn(client, auth, chat, [user("Q0")], "R0")

@@ -10,11 +10,10 @@ import httpx
 import pytest
 
 from app.tokens import TokenCounter
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import (
+from tests.helpers.apps import AuthFactory, client_with
+from tests.helpers.turns import (
     Msg,
     assistant,
-    client_with,
     context,
     new_chat,
     pairs,

@@ -14,16 +14,11 @@ from app.db import positional
 from app.lean_routes import LeanRoute
 from app.profiles.document import Section
 from app.turns.schemas import ContextResponse, TurnSaved
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import context as load
-from tests.turns.turn_helpers import (
-    enable_memory,
-    new_chat,
-    save_turn,
-    seed_profile,
-    turn_body,
-    user,
-)
+from tests.helpers.apps import AuthFactory
+from tests.helpers.memory import seed_profile
+from tests.helpers.settings import enable_company
+from tests.helpers.turns import context as load
+from tests.helpers.turns import new_chat, save_turn, turn_body, user
 
 
 @pytest.mark.parametrize("debug", [False, True])
@@ -32,7 +27,7 @@ async def test_the_context_answer_is_exactly_the_documented_shape(
 ) -> None:
     """Built as plain values for speed, the answer must still be what `ContextResponse`
     documents: nothing missing, nothing extra, every value of the documented type."""
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", {Section.IDENTITY: ["Alice is a data engineer"]})
     chat = new_chat()
     await save_turn(client, auth, chat, [user("Q0")], "R0")

@@ -7,8 +7,8 @@ from itertools import groupby
 
 import httpx
 
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import save_turn, stored, user
+from tests.helpers.apps import AuthFactory
+from tests.helpers.turns import save_turn, stored, user
 
 CHATS = ("chat-a", "chat-b", "chat-c", "chat-d")
 TURNS = 200

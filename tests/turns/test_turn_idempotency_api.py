@@ -14,16 +14,10 @@ from sqlalchemy import text
 
 from app.turns.idempotency import REPLAYED_HEADER
 from app.turns.repository import idempotency_lock_key, prune_idempotency_keys
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import (
-    COMPANY,
-    enable_memory,
-    new_chat,
-    rows,
-    stored,
-    turn_body,
-    user,
-)
+from tests.helpers.apps import COMPANY, AuthFactory
+from tests.helpers.db import rows
+from tests.helpers.settings import enable_company
+from tests.helpers.turns import new_chat, stored, turn_body, user
 
 BODY = turn_body([user("Please remember I use Vim.")], "Noted.")
 
@@ -50,7 +44,7 @@ async def count(app: FastAPI, table: str) -> int:
 async def test_same_key_and_body_replays_the_stored_response(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     chat, key = new_chat(), str(uuid.uuid4())
 
     first = await post(client, auth, chat, key)
@@ -110,7 +104,7 @@ async def test_same_key_while_the_first_is_in_flight_is_409(
 async def test_concurrent_duplicates_save_exactly_once(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     chat, key = new_chat(), str(uuid.uuid4())
 
     responses = await asyncio.gather(*(post(client, auth, chat, key) for _ in range(10)))

@@ -15,22 +15,11 @@ from sqlalchemy import text
 from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.folders import service as folders
 from app.turns.save import FOLDER_REFUSED_REASON
-from tests.conftest import AuthFactory
-from tests.turns.turn_helpers import (
-    COMPANY,
-    SPACE,
-    enable_memory,
-    new_chat,
-    patch_space,
-    rows,
-    save_turn,
-    seed_profile,
-    sessions,
-    statements,
-    stored,
-    turn_body,
-    user,
-)
+from tests.helpers.apps import COMPANY, SPACE, AuthFactory
+from tests.helpers.db import rows, sessions, statements
+from tests.helpers.memory import seed_profile
+from tests.helpers.settings import enable_company, patch_space
+from tests.helpers.turns import new_chat, save_turn, stored, turn_body, user
 
 QUESTION = "My favourite colour is teal, remember that."
 ANSWER = "Noted: teal."
@@ -49,7 +38,7 @@ async def jobs_of(app: FastAPI, user_id: str = "alice") -> list[Any]:
 async def test_enabled_turn_is_saved_and_queues_a_consolidation_of_ids_only(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     chat = new_chat()
 
     response = await save_turn(
@@ -80,7 +69,7 @@ async def test_enabled_turn_is_saved_and_queues_a_consolidation_of_ids_only(
 async def test_first_enabled_turn_creates_the_private_user_folder(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
 
     await save_turn(client, auth, new_chat(), [user("Hi")], "Hello")
 
@@ -135,9 +124,9 @@ async def test_payload_model_follows_the_space_configuration(
     orchestrator_model: str | None,
     expected: str,
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     if space is not None:
-        await patch_space(client, auth, {"user_memory": space})
+        await patch_space(client, auth, SPACE, {"user_memory": space}, expect=200)
     extra = {} if orchestrator_model is None else {"language_model": orchestrator_model}
 
     await save_turn(client, auth, new_chat(), [user("Hi")], "Hello", **extra)
@@ -151,7 +140,7 @@ async def test_turn_save_common_path_is_two_statements(
 ) -> None:
     """One settings read, then one write of turn + messages + job, without a transaction of
     its own; a key adds the transaction and its lock."""
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     await seed_profile(app, "alice", {})  # the per-user folder exists already
     chat = new_chat()
 
@@ -191,7 +180,7 @@ async def test_turn_ids_are_distinct_and_messages_belong_to_their_turn(
 async def test_a_refused_memory_folder_skips_consolidation_but_keeps_the_exchange(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    await enable_memory(client, auth)
+    await enable_company(client, auth)
     async with sessions(app)() as session, session.begin():
         await folders.ensure_root_folder(session, COMPANY)
         await session.execute(

@@ -1,0 +1,90 @@
+"""SQL below the app: statements as the server's administrator, the app's sessions, rows and
+scalars read back, and a recorder of the statements the app sends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+from fastapi import FastAPI
+from sqlalchemy import event, make_url, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db import Database
+
+
+def _asyncpg_dsn(url: str) -> dict[str, Any]:
+    parsed = make_url(url)
+    params: dict[str, Any] = {
+        "user": parsed.username or "postgres",
+        "password": parsed.password or None,
+        "database": parsed.database or "postgres",
+        "host": parsed.query.get("host") or parsed.host or "127.0.0.1",
+    }
+    if parsed.port:
+        params["port"] = parsed.port
+    return params
+
+
+async def admin_execute(url: str, *statements: str) -> None:
+    """Run statements on their own connection, outside any app (CREATE DATABASE, TRUNCATE)."""
+    conn = await asyncpg.connect(**_asyncpg_dsn(url))
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def admin_fetchval(url: str, query: str) -> Any:
+    """The first value of a query, read on its own connection (what another client sees)."""
+    conn = await asyncpg.connect(**_asyncpg_dsn(url))
+    try:
+        return await conn.fetchval(query)
+    finally:
+        await conn.close()
+
+
+def database_of(app: FastAPI) -> Database:
+    database: Database = app.state.database
+    return database
+
+
+def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
+    return database_of(app).sessionmaker
+
+
+async def rows(app: FastAPI, sql: str, **params: Any) -> list[Any]:
+    async with sessions(app)() as session:
+        return list((await session.execute(text(sql), params)).all())
+
+
+async def scalar(app: FastAPI, sql: str, **params: Any) -> Any:
+    async with sessions(app)() as session:
+        return (await session.execute(text(sql), params)).scalar_one()
+
+
+@contextmanager
+def statements(app: FastAPI) -> Iterator[list[str]]:
+    """The SQL statements the app sends while the block runs: those of the session engine
+    (where BEGIN/COMMIT are protocol-level with asyncpg and do not appear) and every statement
+    of the hot path's driver connections (BEGIN and COMMIT included)."""
+    seen: list[str] = []
+    database = database_of(app)
+    engine = database.engine.sync_engine
+
+    def record(*args: Any) -> None:
+        seen.append(str(args[2]))
+
+    def record_driver(query: Any) -> None:
+        seen.append(str(query.query))
+
+    event.listen(engine, "before_cursor_execute", record)
+    database.driver.add_query_logger(record_driver)
+    try:
+        yield seen
+    finally:
+        database.driver.remove_query_logger(record_driver)
+        event.remove(engine, "before_cursor_execute", record)
