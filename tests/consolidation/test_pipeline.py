@@ -17,6 +17,7 @@ from tests.helpers.apps import SPACE, USER, AuthFactory
 from tests.helpers.db import database_of, rows
 from tests.helpers.jobs import job_row
 from tests.helpers.memory import put_memory, versions
+from tests.helpers.metrics import sample
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company, patch_space
 from tests.helpers.turns import queue_turn
@@ -55,7 +56,7 @@ async def test_a_self_statement_becomes_a_new_version_with_identity_bullets(
     response = await client.get("/v1/me/memory", headers=auth(USER))
     assert response.status_code == 200
     assert response.json()["version"] == 1
-    assert metrics.consolidations.labels("updated")._value.get() == 1
+    assert sample(metrics, "consolidations_total", result="updated") == 1
 
 
 @pytest.mark.usefixtures("memory_on")
@@ -70,7 +71,7 @@ async def test_small_talk_is_a_noop_without_a_version(
     job = await job_row(app, job_id)
     assert (job.status, job.outcome, job.version) == ("succeeded", "noop", None)
     assert await versions(app) == []
-    assert metrics.consolidations.labels("noop")._value.get() == 1
+    assert sample(metrics, "consolidations_total", result="noop") == 1
 
 
 @pytest.mark.usefixtures("memory_on")

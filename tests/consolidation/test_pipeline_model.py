@@ -26,6 +26,7 @@ from tests.helpers.llm_stub import (
     status,
 )
 from tests.helpers.memory import head_content, put_memory, versions
+from tests.helpers.metrics import sample
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
@@ -83,7 +84,7 @@ async def test_an_explicit_noop_from_the_gate_writes_nothing(
     assert (job.status, job.outcome, job.version) == ("succeeded", "noop", None)
     assert [v.version for v in await versions(app)] == [1]
     assert len(llm_stub.requests) == 1  # the operations call was never made
-    assert metrics.model_tokens.labels("in")._value.get() == 10
+    assert sample(metrics, "model_tokens_total", direction="in") == 10
 
 
 @pytest.mark.usefixtures("seeded")
@@ -145,7 +146,7 @@ async def test_add_update_and_delete_operations_are_applied_and_recorded(
     assert "response_format" not in gate.body
     assert operations.body["response_format"] == {"type": "json_object"}
     assert TURN in operations.messages[1]["content"]  # the exchange, fenced as data
-    assert metrics.consolidation_operations.labels("DELETE")._value.get() == 1
+    assert sample(metrics, "consolidation_operations_total", op="DELETE") == 1
 
 
 @pytest.mark.usefixtures("seeded")
@@ -338,7 +339,7 @@ async def test_a_user_edit_during_the_model_call_is_rebased_on_and_both_changes_
         "Knows Go.",
         "Learning Rust.",
     ]
-    assert metrics.rebases._value.get() == 1
+    assert sample(metrics, "rebases_total") == 1
     assert len(llm_stub.requests) == 4
     assert "Knows Go." in llm_stub.requests[3].messages[1]["content"]  # re-run on the new head
     assert (await job_row(app, claimed.jobs[0].id)).version == 3
@@ -397,7 +398,7 @@ async def test_a_profile_that_keeps_moving_fails_the_job_retryably_after_three_r
     job = await job_row(app, claimed.jobs[0].id)
     assert (job.status, job.error_class) == ("retrying", "version_conflict")
     assert {v.reason for v in await versions(app)} == {"user_edit"}
-    assert metrics.rebases._value.get() == 3
+    assert sample(metrics, "rebases_total") == 3
 
 
 async def test_the_space_default_model_identifier_is_sent_as_the_api_model_name(

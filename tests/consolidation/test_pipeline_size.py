@@ -17,6 +17,7 @@ from tests.helpers.db import rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, reply, status
 from tests.helpers.memory import put_memory, versions
+from tests.helpers.metrics import sample
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company, patch_space
 from tests.helpers.turns import queue_turn
@@ -109,7 +110,7 @@ async def test_offline_a_condensation_job_truncates_the_stored_profile_to_the_bu
     assert bullets(new.content, "Open Questions / Follow-ups") == []  # dropped first
     assert {op["op"] for op in new.operations} == {"DELETE"}
     assert parse(new.content).frontmatter.turn_count == 0  # not a consolidation
-    assert metrics.truncations._value.get() == 1
+    assert sample(metrics, "truncations_total") == 1
     job = await job_row(app, claimed.jobs[0].id)
     assert (job.status, job.outcome, job.version) == ("succeeded", "updated", 2)
 
@@ -136,7 +137,7 @@ async def test_a_condensation_job_uses_the_model_when_there_is_one(
     assert new.content.split("\n\n", 1)[1] == CONDENSED.replace(
         "## Recent Topics\n", "## Recent Topics\n_(empty)_\n"
     )
-    assert metrics.condensations._value.get() == 1
+    assert sample(metrics, "condensations_total") == 1
     assert "450" in llm_stub.requests[0].messages[0]["content"]  # about 90% of the budget
 
 
@@ -169,8 +170,8 @@ async def test_a_consolidation_over_budget_is_condensed_in_the_same_version(
     ]
     assert new.operations[0]["op"] == "ADD"  # the model's operation, then the condensing
     assert parse(new.content).frontmatter.turn_count == 1
-    assert metrics.condensations._value.get() == 1
-    assert metrics.truncations._value.get() == 0
+    assert sample(metrics, "condensations_total") == 1
+    assert sample(metrics, "truncations_total") == 0
 
 
 @pytest.mark.usefixtures("over_budget")
@@ -199,5 +200,5 @@ async def test_a_failed_condensation_falls_back_to_truncation(
     assert new.tokens <= BUDGET
     assert new.content.endswith(TRUNCATION_MARKER + "\n")
     assert "Prefers answers in German." in bullets(new.content, "Communication Preferences")
-    assert metrics.condensations._value.get() == 0
-    assert metrics.truncations._value.get() == 1
+    assert sample(metrics, "condensations_total") == 0
+    assert sample(metrics, "truncations_total") == 1
