@@ -66,7 +66,13 @@ from app.folders.acl import ROOT_FOLDER, user_folder_entries, user_folder_path
 from app.profiles import repository as profiles
 from app.profiles import service as profile_service
 from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render
-from app.profiles.versions import STORED_TOKEN_COUNTER, content_sha256, count_tokens
+from app.profiles.versions import (
+    STORED_TOKEN_COUNTER,
+    ExpectedHead,
+    VersionSource,
+    content_sha256,
+    count_tokens,
+)
 
 COMPANY, SPACE = "bench-co", "space-1"
 CHECK_COMPANY = "bench-seed-check"  # scratch company of `check_ours`, deleted afterwards
@@ -639,12 +645,9 @@ async def _seed_through_services(url: str, settings: Settings, users: Sequence[i
                 profile = profile_of(user)
                 await profiles.write_version(
                     session,
-                    company_id=CHECK_COMPANY,
-                    user_id=user_id(user),
-                    expected_version=0,
-                    profile=profile,
-                    reason="consolidation",
-                    operations=(),
+                    ExpectedHead(CHECK_COMPANY, user_id(user), 0),
+                    profile,
+                    source=VersionSource("consolidation"),
                     tokens=count_tokens(profile),
                 )
     finally:

@@ -30,8 +30,8 @@ from app.jobs.worker import JobFailure, JobHandler
 from app.llm import ChatModel, ModelError
 from app.observability import Metrics
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
-from app.profiles.service import save_consolidation
-from app.profiles.versions import VersionConflict
+from app.profiles.service import prune_versions, save_consolidation
+from app.profiles.versions import ExpectedHead, VersionConflict, VersionSource
 
 logger = logging.getLogger("app.consolidation")
 
@@ -169,26 +169,17 @@ class ConsolidationPipeline:
     async def _write(
         self, claimed: ClaimedJob, snapshot: Snapshot, change: Change, usage: Usage
     ) -> str:
-        """One transaction: the compare-and-set version write and the jobs' completion."""
-        offline = self.model_calls is None
+        """One transaction: the compare-and-set version write, retention, the jobs' completion."""
+        head = ExpectedHead(claimed.company_id, claimed.user_id, snapshot.version)
+        source = self._source(claimed, snapshot, change, usage)
         try:
             async with self.database.sessionmaker() as session, session.begin():
                 row = await save_consolidation(
-                    session,
-                    company_id=claimed.company_id,
-                    user_id=claimed.user_id,
-                    expected_version=snapshot.version,
-                    new_profile=change.profile,
-                    reason=change.reason,
-                    operations=change.operations,
-                    keep_versions=self.settings.memory_max_versions,
-                    source_turn_ids=snapshot.turn_ids,
-                    model=usage.model or (RULES_ENGINE if offline else None),
-                    tokens_in=None if offline else usage.tokens_in,
-                    tokens_out=None if offline else usage.tokens_out,
-                    job_id=claimed.jobs[-1].id,
-                    now=self.clock(),
+                    session, head, change.profile, source, now=self.clock()
                 )
+                if row is not None:
+                    keep = self.settings.memory_max_versions
+                    await prune_versions(session, claimed.company_id, claimed.user_id, keep)
                 version = None if row is None else row.version
                 outcome: JobOutcome = "noop" if row is None else "updated"
                 if not await complete_jobs(session, claimed, outcome=outcome, version=version):
@@ -212,6 +203,22 @@ class ConsolidationPipeline:
             extra={"job_id": _job_ids(claimed), "outcome": outcome},
         )
         return outcome
+
+    def _source(
+        self, claimed: ClaimedJob, snapshot: Snapshot, change: Change, usage: Usage
+    ) -> VersionSource:
+        """The provenance stored with the version: the offline engine names itself as the
+        model and spends no tokens; the newest job of the claim wrote it."""
+        offline = self.model_calls is None
+        return VersionSource(
+            reason=change.reason,
+            operations=change.operations,
+            source_turn_ids=snapshot.turn_ids,
+            model=usage.model or (RULES_ENGINE if offline else None),
+            tokens_in=None if offline else usage.tokens_in,
+            tokens_out=None if offline else usage.tokens_out,
+            job_id=claimed.jobs[-1].id,
+        )
 
     async def _finish_noop(self, claimed: ClaimedJob, usage: Usage, why: str) -> str:
         try:

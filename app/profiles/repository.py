@@ -23,15 +23,16 @@ from app.enablement.audit import AuditRecord
 from app.enablement.models import AuditEvent, UserSettings
 from app.jobs.models import Job
 from app.pagination import Page, PageRequest, page_of
-from app.profiles.document import Operation, Profile, render
+from app.profiles.document import Profile, render
 from app.profiles.models import MemoryFile, MemoryVersion
 from app.profiles.versions import (
+    ExpectedHead,
     HeadState,
     MemoryFileMissing,
     VersionConflict,
     VersionInfo,
-    VersionReason,
     VersionRow,
+    VersionSource,
     content_sha256,
     operations_json,
 )
@@ -63,21 +64,13 @@ def _owner(company_id: str, user_id: str) -> tuple[Any, ...]:
 
 async def write_version(
     session: AsyncSession,
-    *,
-    company_id: str,
-    user_id: str,
-    expected_version: int,
+    head: ExpectedHead,
     profile: Profile,
-    reason: VersionReason,
-    operations: Sequence[Operation],
-    source_turn_ids: Sequence[str] = (),
-    model: str | None = None,
-    tokens_in: int | None = None,
-    tokens_out: int | None = None,
-    job_id: uuid.UUID | None = None,
+    *,
+    source: VersionSource,
     tokens: int,
 ) -> VersionRow:
-    """Write `profile` as version `expected_version + 1`, if and only if the head is `expected`.
+    """Write `profile` as version `head.version + 1`, if and only if the head is `head.version`.
 
     Step 1 is the compare-and-set `UPDATE memory_files SET head_version = expected + 1 ... WHERE
     head_version = expected`: concurrent writers of one user queue on the row lock and all but
@@ -86,8 +79,9 @@ async def write_version(
     the unique constraint behind the CAS, and a conflict there is a `VersionConflict` too.
     After a `VersionConflict` the transaction holds a half-done write: roll it back.
     A missing memory.md row raises `MemoryFileMissing`. The frontmatter must already be the
-    service's (see `versions.stamp`); `tokens` is stored as given.
+    service's (see `versions.stamp`); `tokens` is stored as given, `source` as its columns.
     """
+    company_id, user_id, expected_version = head.company_id, head.user_id, head.version
     if profile.user_id != user_id:
         raise ValueError("the profile's frontmatter must name its owner")
     advance = (
@@ -115,13 +109,13 @@ async def write_version(
         "content": content,
         "sha256": content_sha256(content),
         "tokens": tokens,
-        "reason": reason,
-        "operations": operations_json(operations),
-        "source_turn_ids": list(source_turn_ids),
-        "model": model,
-        "tokens_in": tokens_in,
-        "tokens_out": tokens_out,
-        "job_id": job_id,
+        "reason": source.reason,
+        "operations": operations_json(source.operations),
+        "source_turn_ids": list(source.source_turn_ids),
+        "model": source.model,
+        "tokens_in": source.tokens_in,
+        "tokens_out": source.tokens_out,
+        "job_id": source.job_id,
     }
     statement = (
         insert(MemoryVersion)

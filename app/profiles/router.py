@@ -27,7 +27,7 @@ from app.profiles.schemas import (
     VersionOut,
     VersionSummaryOut,
 )
-from app.profiles.versions import etag, is_not_modified, parse_entity_tags
+from app.profiles.versions import WriteConditions, etag, is_not_modified, parse_entity_tags
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
 settings_router = APIRouter(tags=["settings"])
@@ -109,8 +109,7 @@ async def put_memory(
         session,
         principal,
         body.content,
-        if_match=parse_entity_tags(if_match),
-        if_none_match=parse_entity_tags(if_none_match),
+        WriteConditions(parse_entity_tags(if_match), parse_entity_tags(if_none_match)),
         keep_versions=keep_versions,
     )
     response.headers["ETag"] = etag(outcome.row.version)

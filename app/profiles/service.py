@@ -8,7 +8,6 @@ folder first; every write is a compare-and-set on the head version (`repository.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,7 +22,6 @@ from app.folders.acl import Permission, user_folder_path
 from app.pagination import Page, PageRequest
 from app.profiles import repository
 from app.profiles.document import (
-    Operation,
     Profile,
     diff_operations,
     empty_profile,
@@ -33,12 +31,14 @@ from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.switch import lock_user_memory
 from app.profiles.versions import (
     EntityTags,
+    ExpectedHead,
     HeadState,
     VersionConflict,
     VersionInfo,
     VersionReason,
     VersionRow,
-    WorkerReason,
+    VersionSource,
+    WriteConditions,
     check_user_profile_size,
     check_write_preconditions,
     count_tokens,
@@ -100,38 +100,12 @@ def _stored_profile(row: VersionRow | None) -> Profile | None:
 
 
 async def _write(
-    session: AsyncSession,
-    state: HeadState,
-    profile: Profile,
-    *,
-    reason: VersionReason,
-    operations: Sequence[Operation],
-    keep_versions: int,
-    source_turn_ids: Sequence[str] = (),
-    model: str | None = None,
-    tokens_in: int | None = None,
-    tokens_out: int | None = None,
-    job_id: uuid.UUID | None = None,
+    session: AsyncSession, state: HeadState, profile: Profile, source: VersionSource
 ) -> VersionRow:
-    """The compare-and-set write on `state.head_version`, then retention."""
-    company_id, user_id = state.company_id, state.user_id
-    row = await repository.write_version(
-        session,
-        company_id=company_id,
-        user_id=user_id,
-        expected_version=state.head_version,
-        profile=profile,
-        reason=reason,
-        operations=operations,
-        source_turn_ids=source_turn_ids,
-        model=model,
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        job_id=job_id,
-        tokens=count_tokens(profile),
+    """The compare-and-set write on `state.head_version`; retention is the caller's."""
+    return await repository.write_version(
+        session, state.expected, profile, source=source, tokens=count_tokens(profile)
     )
-    await repository.prune_versions(session, company_id, user_id, keep_versions)
-    return row
 
 
 # --- the user's API ------------------------------------------------------------------------------
@@ -150,9 +124,8 @@ async def replace_memory(
     session: AsyncSession,
     principal: Principal,
     content: str,
+    conditions: WriteConditions,
     *,
-    if_match: EntityTags | None,
-    if_none_match: EntityTags | None,
     keep_versions: int,
 ) -> WriteOutcome:
     """PUT: create (`If-None-Match: *`) or replace (`If-Match`) the caller's profile.
@@ -175,7 +148,9 @@ async def replace_memory(
         if state is None:
             raise RuntimeError("memory.md vanished while it was being ensured")
     current = None if state.row is None else state.row.version
-    check_write_preconditions(current, if_match, if_none_match, may_create=True)
+    check_write_preconditions(
+        current, conditions.if_match, conditions.if_none_match, may_create=True
+    )
     edited = parse_user_profile(content, user_id)
     return await _write_edit(session, state, edited, "user_edit", keep_versions)
 
@@ -197,10 +172,9 @@ async def _write_edit(
     before = head_profile or empty_profile(state.user_id)
     now = datetime.now(UTC)
     new = stamp(edited, user_id=state.user_id, now=now, turn_count=before.frontmatter.turn_count)
-    operations = diff_operations(before, new)
-    row = await _write(
-        session, state, new, reason=reason, operations=operations, keep_versions=keep_versions
-    )
+    source = VersionSource(reason, operations=tuple(diff_operations(before, new)))
+    row = await _write(session, state, new, source)
+    await repository.prune_versions(session, state.company_id, state.user_id, keep_versions)
     return WriteOutcome(row, written=True, created=head is None)
 
 
@@ -340,35 +314,28 @@ async def load_profile(session: AsyncSession, company_id: str, user_id: str) -> 
 
 async def save_consolidation(
     session: AsyncSession,
-    *,
-    company_id: str,
-    user_id: str,
-    expected_version: int,
+    head: ExpectedHead,
     new_profile: Profile,
-    reason: WorkerReason,
-    operations: Sequence[Operation],
-    keep_versions: int,
-    source_turn_ids: Sequence[str] = (),
-    model: str | None = None,
-    tokens_in: int | None = None,
-    tokens_out: int | None = None,
-    job_id: uuid.UUID | None = None,
+    source: VersionSource,
+    *,
     now: datetime | None = None,
 ) -> VersionRow | None:
-    """Write the worker's result as a new version by compare-and-set on `expected_version`.
+    """Write the worker's result as a new version by compare-and-set on `head.version`.
 
-    The frontmatter is the service's, whatever `new_profile` carries: the owner, `now`, and
-    `turn_count` = the head's + 1 for reason `consolidation` (unchanged for `condensation` and
-    `truncation`; save a consolidation that also had to be condensed or cut as `consolidation`).
+    `source` names a worker's reason and the run's provenance. The frontmatter is the
+    service's, whatever `new_profile` carries: the owner, `now`, and `turn_count` = the head's
+    + 1 for reason `consolidation` (unchanged for `condensation` and `truncation`; save a
+    consolidation that also had to be condensed or cut as `consolidation`).
     Returns the new version, or None when the sections (and the truncation flag) equal the
     head's (an empty profile when there is none): nothing is written, as for a NOOP.
     On the first write the memory.md row is created in the user's existing folder (never the
     folder itself: a folder deleted by an opt-out stays deleted).
 
     Raises `VersionConflict` when the head moved (roll back, `load_profile` again, rebase) and
-    `NotFound` when the folder is gone or denies WRITE (drop the job). Older versions beyond
-    `keep_versions` are pruned in the same transaction.
+    `NotFound` when the folder is gone or denies WRITE (drop the job). Retention is the
+    caller's: `prune_versions` in the same transaction, after a version was written.
     """
+    company_id, user_id, expected_version = head.company_id, head.user_id, head.version
     owner = _owner(company_id, user_id)
     await lock_user_memory(session, company_id, user_id)  # see replace_memory
     if await repository.select_user_setting(session, company_id, user_id) is False:
@@ -384,26 +351,14 @@ async def save_consolidation(
     before = _stored_profile(state.row) or empty_profile(user_id)
     if same_sections(before, new_profile) and before.truncated == new_profile.truncated:
         return None
-    increment = 1 if reason == "consolidation" else 0
+    increment = 1 if source.reason == "consolidation" else 0
     new = stamp(
         new_profile,
         user_id=user_id,
         now=now or datetime.now(UTC),
         turn_count=before.frontmatter.turn_count + increment,
     )
-    return await _write(
-        session,
-        state,
-        new,
-        reason=reason,
-        operations=operations,
-        keep_versions=keep_versions,
-        source_turn_ids=source_turn_ids,
-        model=model,
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        job_id=job_id,
-    )
+    return await _write(session, state, new, source)
 
 
 async def ensure_memory_file(
@@ -427,5 +382,6 @@ async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadSt
 
 
 async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
-    """Retention for the worker: keep the newest `keep` versions (never the head)."""
+    """Retention for the worker, after `save_consolidation` wrote a version: keep the newest
+    `keep` versions (never the head)."""
     return await repository.prune_versions(session, company_id, user_id, keep)

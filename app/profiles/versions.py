@@ -67,6 +67,31 @@ class MemoryFileMissing(NotFound):
 
 
 @dataclass(frozen=True)
+class VersionSource:
+    """Where a version came from, stored with it: why it was written and the operations that
+    made it; for the worker's versions also the turns it read, the model that answered, the
+    tokens it spent and the job that wrote it."""
+
+    reason: VersionReason
+    operations: tuple[Operation, ...] = ()
+    source_turn_ids: tuple[str, ...] = ()
+    model: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    job_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class ExpectedHead:
+    """Whose memory a write goes to and the head version it expects to find there: the
+    compare-and-set token (0 before the first version)."""
+
+    company_id: str
+    user_id: str
+    version: int
+
+
+@dataclass(frozen=True)
 class VersionInfo:
     """A stored version without its content (what version lists show)."""
 
@@ -110,6 +135,11 @@ class HeadState:
     user_id: str
     head_version: int
     row: VersionRow | None
+
+    @property
+    def expected(self) -> ExpectedHead:
+        """The compare-and-set token of a write on this head."""
+        return ExpectedHead(self.company_id, self.user_id, self.head_version)
 
 
 def stamp(profile: Profile, *, user_id: str, now: datetime, turn_count: int) -> Profile:
@@ -201,6 +231,14 @@ class EntityTags:
         """Strong comparison for If-Match, weak (W/ tags too) for If-None-Match."""
         tag = str(version)
         return self.any or tag in self.strong or (weak and tag in self.weak)
+
+
+@dataclass(frozen=True)
+class WriteConditions:
+    """The conditional headers of a write request, parsed (None where absent)."""
+
+    if_match: EntityTags | None = None
+    if_none_match: EntityTags | None = None
 
 
 def parse_entity_tags(header: str | None) -> EntityTags | None:
