@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from sqlalchemy import event
 
 from app.config import Settings, to_asyncpg_url
-from app.consolidation.kinds import COALESCING, KINDS
+from app.consolidation.kinds import KINDS
 from app.consolidation.pipeline import make_consolidation_handler
 from app.consolidation.runner import worker_config
 from app.db import create_database
@@ -74,11 +74,7 @@ async def count_statements(
     metrics = Metrics()
     handler = make_consolidation_handler(database, settings, None, metrics)
     worker = Worker(
-        database.engine,
-        dict.fromkeys(KINDS, handler),
-        worker_config(settings),
-        metrics,
-        coalesce=COALESCING,
+        database.engine, dict.fromkeys(KINDS, handler), worker_config(settings), metrics
     )
     counts: Counter[str] = Counter()
 

@@ -28,6 +28,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         lease_seconds=settings.job_lease_seconds,
         batch_size=settings.job_batch_size,
         heartbeat_file=settings.worker_heartbeat_file,
+        coalesce=COALESCING,
     )
 
 
@@ -55,7 +56,6 @@ class BackgroundWorker:
             dict.fromkeys(KINDS, handler),
             worker_config(settings),
             metrics,
-            coalesce=COALESCING,
             maintenance=maintenance,
         )
         self._task: asyncio.Task[None] | None = None

@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final, Literal, cast
 
@@ -114,12 +114,21 @@ def registered_kinds() -> tuple[JobKind, ...]:
 
 @dataclass(frozen=True)
 class NewJob:
-    """A job to queue inside a producer's own statement (`ENQUEUE_JOB_CTE`)."""
+    """A job to queue: its kind, its payload of ids and how many attempts it gets.
 
-    id: uuid.UUID
+    The payload holds ids only (turn ids, space id, model name), never user text: each value is
+    a string of at most 256 characters without line breaks, a list of such, or null.
+    """
+
     kind: JobKind
     payload: JobPayload
     max_attempts: int
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    def __post_init__(self) -> None:
+        _check_payload(self.payload)
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
 
 
 ENQUEUE_JOB_CTE: Final = """, job AS (
@@ -133,10 +142,7 @@ ENQUEUE_JOB_CTE: Final = """, job AS (
 
 
 def enqueue_params(job: NewJob) -> dict[str, object]:
-    """The `ENQUEUE_JOB_CTE` parameters of `job` (its payload checked like `enqueue_job`'s)."""
-    _check_payload(job.payload)
-    if job.max_attempts < 1:
-        raise ValueError("max_attempts must be at least 1")
+    """The `ENQUEUE_JOB_CTE` parameters of `job`."""
     return {
         "job_id": job.id,
         "job_kind": job.kind,
@@ -146,54 +152,36 @@ def enqueue_params(job: NewJob) -> dict[str, object]:
 
 
 async def enqueue_job(
-    session: AsyncSession,
-    *,
-    company_id: str,
-    user_id: str,
-    kind: JobKind,
-    payload: JobPayload,
-    max_attempts: int,
+    session: AsyncSession, company_id: str, user_id: str, job: NewJob
 ) -> uuid.UUID:
-    """Queue a job inside the caller's transaction (executed, never committed here).
-
-    The payload holds ids only (turn ids, space id, model name), never user text: each value is
-    a string of at most 256 characters without line breaks, a list of such, or null.
-    """
-    _check_payload(payload)
-    if max_attempts < 1:
-        raise ValueError("max_attempts must be at least 1")
-    job_id = uuid.uuid4()
+    """Queue `job` for its owner inside the caller's transaction (executed, never committed
+    here); returns its id."""
     await session.execute(
         insert(JOBS).values(
             company_id=company_id,
-            id=job_id,
+            id=job.id,
             user_id=user_id,
-            kind=kind,
+            kind=job.kind,
             status="queued",
-            payload=payload,
+            payload=job.payload,
             attempts=0,
-            max_attempts=max_attempts,
+            max_attempts=job.max_attempts,
             created_at=func.clock_timestamp(),
         )
     )
-    return job_id
+    return job.id
 
 
 async def enqueue_job_once(
-    session: AsyncSession,
-    *,
-    company_id: str,
-    user_id: str,
-    kind: JobKind,
-    payload: JobPayload,
-    max_attempts: int,
+    session: AsyncSession, company_id: str, user_id: str, job: NewJob
 ) -> tuple[uuid.UUID, bool]:
-    """The owner's pending job of `kind`, queued now if there is none: (job id, queued now).
+    """The owner's pending job of `job.kind`, else `job` queued now: (job id, queued now).
 
     Concurrent callers are serialised by an advisory lock on (owner, kind) held until the
     caller's transaction ends, and the check runs as a new statement after it, so two callers
     never queue two pending jobs of one kind.
     """
+    kind = job.kind
     lock_key = "\x1f".join((_LOCK_NAMESPACE + "once", kind, company_id, user_id))
     await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock_key, 0))))
     pending = await session.scalar(
@@ -205,15 +193,7 @@ async def enqueue_job_once(
     )
     if pending is not None:
         return pending, False
-    job_id = await enqueue_job(
-        session,
-        company_id=company_id,
-        user_id=user_id,
-        kind=kind,
-        payload=payload,
-        max_attempts=max_attempts,
-    )
-    return job_id, True
+    return await enqueue_job(session, company_id, user_id, job), True
 
 
 def _check_payload(payload: Mapping[str, object]) -> None:
@@ -234,18 +214,26 @@ def _check_payload(payload: Mapping[str, object]) -> None:
 # --- claim ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ClaimPolicy:
+    """How a worker claims: the lease it takes, and up to how many waiting jobs of one owner a
+    claim of a kind in `coalesce` takes at once."""
+
+    lease_seconds: float
+    batch_size: int = 1
+    coalesce: frozenset[JobKind] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+
+
 async def claim_next_job(
-    engine: AsyncEngine,
-    *,
-    worker_id: str,
-    lease_seconds: float,
-    batch_size: int,
-    coalesce: Collection[JobKind] = (),
-    now: datetime | None = None,
+    engine: AsyncEngine, worker_id: str, policy: ClaimPolicy, *, now: datetime | None = None
 ) -> ClaimedJob | None:
-    """Claim the oldest claimable job, coalesced with its owner's waiting jobs of the same kind
-    when its kind is in `coalesce`, in one short READ COMMITTED transaction. None when nothing
-    is claimable.
+    """Claim the oldest claimable job for `worker_id`, coalesced with its owner's waiting jobs
+    of the same kind when its kind is in `policy.coalesce`, in one short READ COMMITTED
+    transaction. None when nothing is claimable.
 
     Claimable: `queued`/`retrying` with `run_after <= now`, or `running` with an expired lease
     (its worker died). A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone
@@ -258,13 +246,12 @@ async def claim_next_job(
     granted is visible to that snapshot; none can commit while we hold it. The lock is released
     at commit, when our own `running` rows have become visible to others.
 
-    Coalescing: a claim of a kind in `coalesce` absorbs the user's other claimable jobs of that
-    kind in created order, up to `batch_size` jobs in all, under the same lease. A job of any
-    other kind is claimed alone. Every claimed job's `attempts` grows by one now. A job whose
-    lease expired on its last attempt is dead-lettered (`LeaseExpired`) instead of run again.
+    Coalescing: a claim of a kind in `policy.coalesce` absorbs the user's other claimable jobs of
+    that kind in created order, up to `policy.batch_size` jobs in all, under the same lease. A
+    job of any other kind is claimed alone. Every claimed job's `attempts` grows by one now. A
+    job whose lease expired on its last attempt is dead-lettered (`LeaseExpired`) instead of
+    run again.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
     clock = _clock(now)
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="READ COMMITTED")
@@ -273,13 +260,7 @@ async def claim_next_job(
             while (owner := await _oldest_claimable_owner(conn, clock, passed_over)) is not None:
                 if await _try_lock_owner(conn, *owner):
                     claimed = await _claim_for_owner(
-                        conn,
-                        *owner,
-                        clock=clock,
-                        worker_id=worker_id,
-                        lease_seconds=lease_seconds,
-                        batch_size=batch_size,
-                        coalesce=coalesce,
+                        conn, owner, clock=clock, worker_id=worker_id, policy=policy
                     )
                     if claimed is not None:
                         return claimed
@@ -337,15 +318,14 @@ async def _try_lock_owner(conn: AsyncConnection, company_id: str, user_id: str) 
 
 async def _claim_for_owner(
     conn: AsyncConnection,
-    company_id: str,
-    user_id: str,
+    owner: tuple[str, str],
     *,
     clock: ColumnElement[datetime],
     worker_id: str,
-    lease_seconds: float,
-    batch_size: int,
-    coalesce: Collection[JobKind],
+    policy: ClaimPolicy,
 ) -> ClaimedJob | None:
+    company_id, user_id = owner
+    batch_size = policy.batch_size
     owned = and_(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
     await _dead_letter_exhausted_leases(conn, owned, clock)
     columns = (JOBS.c.id, JOBS.c.kind, JOBS.c.payload, JOBS.c.max_attempts, JOBS.c.created_at)
@@ -362,7 +342,7 @@ async def _claim_for_owner(
     if head is None:
         return None
     rows = [head]
-    if head.kind in coalesce and batch_size > 1:
+    if head.kind in policy.coalesce and batch_size > 1:
         rows += (
             await conn.execute(
                 select(*columns)
@@ -381,7 +361,7 @@ async def _claim_for_owner(
             status="running",
             attempts=JOBS.c.attempts + 1,
             lease_token=token,
-            lease_expires_at=clock + timedelta(seconds=lease_seconds),
+            lease_expires_at=clock + timedelta(seconds=policy.lease_seconds),
             locked_by=worker_id[:128],
             updated_at=clock,
         )
@@ -502,35 +482,47 @@ def backoff_seconds(
     return delay
 
 
+@dataclass(frozen=True)
+class AttemptFailure:
+    """Why an attempt failed, as operators see it, and whether the job may run again.
+
+    Contract: `error_class` is an identifier (e.g. `RateLimited`, `MalformedOutput`) and
+    `message` a fixed description written by the caller's author, never `str(exc)` of a model
+    error nor anything derived from the model's output or the user's text; both are shown to
+    operators. `retry_after_seconds`: the failing service's Retry-After, if it sent one.
+    """
+
+    error_class: str
+    message: str
+    retryable: bool
+    retry_after_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not _ERROR_CLASS.match(self.error_class):
+            raise ValueError("error_class must be an identifier of at most 64 characters")
+
+
 async def fail_jobs(
     engine: AsyncEngine,
     claimed: ClaimedJob,
+    failure: AttemptFailure,
     *,
-    error_class: str,
-    error_message: str,
-    retryable: bool,
-    retry_after_seconds: float | None = None,
     now: datetime | None = None,
 ) -> FailResult:
-    """Record a failed attempt: each job retries after `backoff_seconds` if `retryable` and it
-    has attempts left, else it is dead-lettered.
-
-    Contract: `error_class` is an identifier (e.g. `RateLimited`, `MalformedOutput`) and
-    `error_message` a fixed description written by the caller's author, never `str(exc)` of a
-    model error nor anything derived from the model's output or the user's text; both are shown
-    to operators. The message is stripped of control characters and cut to 512 characters.
+    """Record a failed attempt: each job retries after `backoff_seconds` if the failure is
+    retryable and it has attempts left, else it is dead-lettered. The message is stripped of
+    control characters and cut to 512 characters.
 
     Returns "retrying" if any job will run again, "dead" if all were dead-lettered, and
     "lease_lost" if the lease was no longer held (nothing written).
     """
-    if not _ERROR_CLASS.match(error_class):
-        raise ValueError("error_class must be an identifier of at most 64 characters")
-    message = _CONTROL_CHARS.sub(" ", error_message).strip()[:ERROR_MESSAGE_MAX_CHARS]
+    message = _CONTROL_CHARS.sub(" ", failure.message).strip()[:ERROR_MESSAGE_MAX_CHARS]
     clock = _clock(now)
     delay = backoff_seconds(
-        max(job.attempts for job in claimed.jobs), retry_after_seconds=retry_after_seconds
+        max(job.attempts for job in claimed.jobs),
+        retry_after_seconds=failure.retry_after_seconds,
     )
-    retry = JOBS.c.attempts < JOBS.c.max_attempts if retryable else false()
+    retry = JOBS.c.attempts < JOBS.c.max_attempts if failure.retryable else false()
     async with engine.begin() as conn:
         failed = await conn.execute(
             update(JOBS)
@@ -539,7 +531,7 @@ async def fail_jobs(
                 status=case((retry, "retrying"), else_="dead"),
                 run_after=case((retry, clock + timedelta(seconds=delay)), else_=JOBS.c.run_after),
                 finished_at=case((retry, null()), else_=clock),
-                error_class=error_class,
+                error_class=failure.error_class,
                 error_message=message,
                 lease_token=None,
                 lease_expires_at=None,

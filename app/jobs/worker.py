@@ -20,15 +20,17 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs.queue import (
+    AttemptFailure,
     ClaimedJob,
+    ClaimPolicy,
     JobKind,
     claim_next_job,
     fail_jobs,
@@ -47,7 +49,8 @@ UNKNOWN_KIND_MESSAGE: Final = "No handler is registered for this kind of job."
 
 
 class JobFailure(Exception):
-    """A handler's typed failure. `message` is a fixed description: never user or model text."""
+    """A handler's typed failure, recorded as its `AttemptFailure` (whose contract says what
+    `message` may hold: a fixed description, never user or model text)."""
 
     def __init__(
         self,
@@ -58,10 +61,7 @@ class JobFailure(Exception):
         retry_after_seconds: float | None = None,
     ) -> None:
         super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-        self.retryable = retryable
-        self.retry_after_seconds = retry_after_seconds
+        self.failure = AttemptFailure(error_class, message, retryable, retry_after_seconds)
 
 
 Maintenance = Callable[[AsyncEngine], Awaitable[int]]
@@ -73,18 +73,27 @@ JobHandler = Callable[[ClaimedJob, asyncio.Event], Awaitable[str]]
 `complete_jobs`. The event is set when the lease was lost: stop and write nothing."""
 
 
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
+    """`coalesce`: the kinds whose waiting jobs of one owner are claimed together (up to
+    `batch_size`); `worker_id` names this worker in the jobs it holds."""
+
     concurrency: int
     poll_seconds: float
     lease_seconds: float
     batch_size: int
     shutdown_grace_seconds: float = 10.0
     heartbeat_file: Path | None = None
+    coalesce: frozenset[JobKind] = frozenset()
+    worker_id: str = field(default_factory=default_worker_id)
 
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    @property
+    def claim_policy(self) -> ClaimPolicy:
+        return ClaimPolicy(self.lease_seconds, self.batch_size, self.coalesce)
 
 
 class Worker:
@@ -95,19 +104,15 @@ class Worker:
         config: WorkerConfig,
         metrics: Metrics,
         *,
-        coalesce: Collection[JobKind] = (),
-        worker_id: str | None = None,
         maintenance: Sequence[Maintenance] = (),
     ) -> None:
-        """`handlers` run the jobs of their kind; a claim of a kind in `coalesce` takes up to
-        `config.batch_size` of the user's waiting jobs of that kind at once."""
+        """`handlers` run the jobs of their kind; `maintenance` steps run every few minutes."""
         self.engine = engine
         self.maintenance = tuple(maintenance)
         self.handlers = dict(handlers)
-        self.coalesce = frozenset(coalesce)
         self.config = config
         self.metrics = metrics
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = config.worker_id
         self._stopping = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
 
@@ -137,13 +142,7 @@ class Worker:
         return claimed
 
     async def _claim(self) -> ClaimedJob | None:
-        return await claim_next_job(
-            self.engine,
-            worker_id=self.worker_id,
-            lease_seconds=self.config.lease_seconds,
-            batch_size=self.config.batch_size,
-            coalesce=self.coalesce,
-        )
+        return await claim_next_job(self.engine, self.worker_id, self.config.claim_policy)
 
     async def _slot(self, number: int) -> None:
         while not self._stopping.is_set():
@@ -210,14 +209,7 @@ class Worker:
         )
 
     async def _fail(self, claimed: ClaimedJob, failure: JobFailure) -> str:
-        return await fail_jobs(
-            self.engine,
-            claimed,
-            error_class=failure.error_class,
-            error_message=failure.message,
-            retryable=failure.retryable,
-            retry_after_seconds=failure.retry_after_seconds,
-        )
+        return await fail_jobs(self.engine, claimed, failure.failure)
 
     async def _keep_lease(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> None:
         interval = max(self.config.lease_seconds / 3, 0.05)

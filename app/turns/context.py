@@ -33,7 +33,7 @@ from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
-from app.jobs.queue import JobPayload, enqueue_job_once
+from app.jobs.queue import JobPayload, NewJob, enqueue_job_once
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
 from app.profiles.versions import STORED_TOKEN_COUNTER
@@ -232,14 +232,8 @@ async def _queue_condensation(
     """The user's pending condensation, queued now if there is none, committed before the
     answer (a transaction of its own: the rare extra statements of an over-budget load)."""
     async with database.sessionmaker() as session, session.begin():
-        job_id, _ = await enqueue_job_once(
-            session,
-            company_id=principal.company_id,
-            user_id=principal.user_id,
-            kind=CONDENSATION,
-            payload=payload,
-            max_attempts=settings.job_max_attempts,
-        )
+        job = NewJob(CONDENSATION, payload, settings.job_max_attempts)
+        job_id, _ = await enqueue_job_once(session, principal.company_id, principal.user_id, job)
     return job_id
 
 

@@ -129,7 +129,7 @@ async def _save(
     payload = plan.job_payload(turn.id, request.space_id)
     job = None
     if payload is not None:
-        job = NewJob(uuid.uuid4(), CONSOLIDATION, payload, settings.job_max_attempts)
+        job = NewJob(CONSOLIDATION, payload, settings.job_max_attempts)
     status = QUEUED if job is not None else SKIPPED
     body = turn_saved_json(turn.id, len(messages), job=job, skipped_reason=skipped)
     record = None

@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.consolidation.kinds import COALESCING
-from app.jobs.queue import claim_next_job
+from app.jobs.queue import ClaimPolicy, claim_next_job
 from app.profiles.document import parse
 from tests.helpers.apps import SPACE, USER, AuthFactory
 from tests.helpers.db import database_of, rows
@@ -117,9 +117,7 @@ async def test_a_user_who_opted_out_meanwhile_gets_nothing_written(
 ) -> None:
     await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    claimed = await claim_next_job(
-        engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING
-    )
+    claimed = await claim_next_job(engine, "w", ClaimPolicy(30, 10, frozenset(COALESCING)))
     assert claimed is not None
     response = await client.patch(
         "/v1/me/settings", json={"context_memory": False}, headers=auth(USER)
@@ -140,12 +138,10 @@ async def test_a_claim_whose_lease_was_taken_over_writes_nothing(
 ) -> None:
     job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    stale = await claim_next_job(
-        engine, worker_id="a", lease_seconds=5, batch_size=10, coalesce=COALESCING
-    )
+    stale = await claim_next_job(engine, "a", ClaimPolicy(5, 10, frozenset(COALESCING)))
     later = datetime.now(UTC) + timedelta(seconds=30)
     taken_over = await claim_next_job(
-        engine, worker_id="b", lease_seconds=60, batch_size=10, coalesce=COALESCING, now=later
+        engine, "b", ClaimPolicy(60, 10, frozenset(COALESCING)), now=later
     )
     assert stale is not None
     assert taken_over is not None
@@ -218,9 +214,7 @@ async def test_a_handler_told_its_lease_is_lost_writes_nothing(
 ) -> None:
     job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
     engine = database_of(app).engine
-    claimed = await claim_next_job(
-        engine, worker_id="w", lease_seconds=30, batch_size=10, coalesce=COALESCING
-    )
+    claimed = await claim_next_job(engine, "w", ClaimPolicy(30, 10, frozenset(COALESCING)))
     assert claimed is not None
     lease_lost = asyncio.Event()
     lease_lost.set()  # what the worker's heartbeat does when the lease is gone

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.jobs.queue import ClaimedJob, JobKind, claim_next_job, enqueue_job
+from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, NewJob, claim_next_job, enqueue_job
 from tests.helpers.apps import COMPANY, SPACE
 from tests.helpers.db import rows
 
@@ -34,13 +34,15 @@ async def enqueue(
         return [
             await enqueue_job(
                 session,
-                company_id=company,
-                user_id=user,
-                kind=kind,
-                payload=dict(payload)
-                if payload is not None
-                else {"turn_ids": [str(uuid.uuid4())], "space_id": SPACE, "model": None},
-                max_attempts=max_attempts,
+                company,
+                user,
+                NewJob(
+                    kind,
+                    dict(payload)
+                    if payload is not None
+                    else {"turn_ids": [str(uuid.uuid4())], "space_id": SPACE, "model": None},
+                    max_attempts,
+                ),
             )
             for _ in range(count)
         ]
@@ -56,12 +58,7 @@ async def claim(
     coalesce: Collection[JobKind] = COALESCING,
 ) -> ClaimedJob | None:
     return await claim_next_job(
-        engine,
-        worker_id=worker,
-        lease_seconds=lease,
-        batch_size=batch_size,
-        coalesce=coalesce,
-        now=now,
+        engine, worker, ClaimPolicy(lease, batch_size, frozenset(coalesce)), now=now
     )
 
 

@@ -49,15 +49,10 @@ def make_worker(
         lease_seconds=lease_seconds,
         batch_size=batch_size,
         shutdown_grace_seconds=5,
-    )
-    return Worker(
-        database_of(app).engine,
-        dict.fromkeys(KINDS, handler),
-        config,
-        metrics,
         coalesce=COALESCING,
         worker_id="test-worker",
     )
+    return Worker(database_of(app).engine, dict.fromkeys(KINDS, handler), config, metrics)
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.jobs import repository as stored_jobs
-from app.jobs.queue import enqueue_job, registered_kinds
+from app.jobs.queue import NewJob, enqueue_job, registered_kinds
 from app.jobs.worker import UNKNOWN_KIND_CLASS, Worker, WorkerConfig
 from app.observability import Metrics
 
@@ -33,12 +33,7 @@ async def test_a_job_without_a_handler_is_dead_lettered(
 ) -> None:
     async with sessions() as session, session.begin():
         job_id = await enqueue_job(
-            session,
-            company_id="acme",
-            user_id="alice",
-            kind="condensation",
-            payload={"space_id": "space-1"},
-            max_attempts=5,
+            session, "acme", "alice", NewJob("condensation", {"space_id": "space-1"}, 5)
         )
 
     async def consolidate(*_: object) -> str:

@@ -18,6 +18,8 @@ from app.jobs import repository as jobs
 from app.jobs.queue import (
     BACKOFF_CAP_SECONDS,
     JOBS,
+    AttemptFailure,
+    NewJob,
     backoff_seconds,
     complete_jobs,
     enqueue_job,
@@ -83,11 +85,9 @@ async def test_enqueue_refuses_text_in_the_payload(
         with pytest.raises(ValueError, match="ids only"):
             await enqueue_job(
                 session,
-                company_id=COMPANY,
-                user_id="alice",
-                kind="consolidation",
-                payload={"note": "I live in Berlin\nand I love cats"},
-                max_attempts=5,
+                COMPANY,
+                "alice",
+                NewJob("consolidation", {"note": "I live in Berlin\nand I love cats"}, 5),
             )
 
 
@@ -96,14 +96,7 @@ async def test_enqueue_joins_the_callers_transaction(
 ) -> None:
     async with sessions() as session:
         await session.begin()
-        job_id = await enqueue_job(
-            session,
-            company_id=COMPANY,
-            user_id="alice",
-            kind="consolidation",
-            payload={},
-            max_attempts=5,
-        )
+        job_id = await enqueue_job(session, COMPANY, "alice", NewJob("consolidation", {}, 5))
         await session.rollback()
     async with engine.connect() as conn:
         assert (await conn.execute(select(JOBS.c.id).where(JOBS.c.id == job_id))).first() is None
@@ -136,9 +129,7 @@ async def test_retryable_failure_backs_off_and_grows_then_dead_letters(
         result = await fail_jobs(
             engine,
             claimed,
-            error_class="ModelTimeout",
-            error_message="The model did not answer in time.",
-            retryable=True,
+            AttemptFailure("ModelTimeout", "The model did not answer in time.", True),
             now=now,
         )
         assert result == "retrying"
@@ -155,9 +146,7 @@ async def test_retryable_failure_backs_off_and_grows_then_dead_letters(
     result = await fail_jobs(
         engine,
         claimed,
-        error_class="ModelTimeout",
-        error_message="The model did not answer in time.",
-        retryable=True,
+        AttemptFailure("ModelTimeout", "The model did not answer in time.", True),
         now=now,
     )
     assert result == "dead"
@@ -178,13 +167,7 @@ async def test_retry_after_is_honoured(
     now = await db_now(engine)
     claimed = await claim_one(engine, now=now)
     result = await fail_jobs(
-        engine,
-        claimed,
-        error_class="RateLimited",
-        error_message="The model answered 429.",
-        retryable=True,
-        retry_after_seconds=30,
-        now=now,
+        engine, claimed, AttemptFailure("RateLimited", "The model answered 429.", True, 30), now=now
     )
     assert result == "retrying"
     delay = (await job(engine, job_id))["run_after"] - now
@@ -199,9 +182,9 @@ async def test_non_retryable_failure_dead_letters_at_once_with_a_bounded_message
     result = await fail_jobs(
         engine,
         claimed,
-        error_class="MalformedOutput",
-        error_message="The model output was not valid JSON.\n" + "x" * 600,
-        retryable=False,
+        AttemptFailure(
+            "MalformedOutput", "The model output was not valid JSON.\n" + "x" * 600, False
+        ),
     )
     assert result == "dead"
     dead = await job(engine, job_id)
@@ -218,9 +201,7 @@ async def test_error_class_must_be_an_identifier(
     await enqueue(sessions)
     claimed = await claim_one(engine)
     with pytest.raises(ValueError, match="identifier"):
-        await fail_jobs(
-            engine, claimed, error_class="my name is Bob", error_message="x", retryable=False
-        )
+        await fail_jobs(engine, claimed, AttemptFailure("my name is Bob", "x", False))
 
 
 async def test_operator_retry_requeues_a_dead_job(
@@ -229,9 +210,7 @@ async def test_operator_retry_requeues_a_dead_job(
     [job_id] = await enqueue(sessions)
     [other_id] = await enqueue(sessions, "bob")
     claimed = await claim_one(engine)
-    await fail_jobs(
-        engine, claimed, error_class="Refused", error_message="Refused.", retryable=False
-    )
+    await fail_jobs(engine, claimed, AttemptFailure("Refused", "Refused.", False))
     async with sessions() as session, session.begin():
         with pytest.raises(NotFound):
             await jobs.retry_dead_job(session, "other-co", job_id)
@@ -264,9 +243,7 @@ async def test_expired_lease_is_reclaimed_and_the_old_holder_is_fenced_out(
     assert not await heartbeat(engine, first, LEASE, now=later)
     async with engine.begin() as conn:
         assert not await complete_jobs(conn, first, outcome="updated", version=7)
-    result = await fail_jobs(
-        engine, first, error_class="ModelTimeout", error_message="Timeout.", retryable=True
-    )
+    result = await fail_jobs(engine, first, AttemptFailure("ModelTimeout", "Timeout.", True))
     assert result == "lease_lost"
     assert await release_jobs(engine, first) == 0
     row = await job(engine, job_id)
@@ -358,7 +335,7 @@ async def test_release_after_a_failure_goes_back_to_retrying(
     [job_id] = await enqueue(sessions)
     now = await db_now(engine)
     claimed = await claim_one(engine, now=now)
-    await fail_jobs(engine, claimed, error_class="E", error_message="e", retryable=True, now=now)
+    await fail_jobs(engine, claimed, AttemptFailure("E", "e", True), now=now)
     later = now + timedelta(seconds=BACKOFF_CAP_SECONDS)
     again = await claim_one(engine, now=later)
     assert again.jobs[0].attempts == 2

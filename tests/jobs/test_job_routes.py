@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.jobs.queue import (
+    AttemptFailure,
     complete_jobs,
     fail_jobs,
 )
@@ -25,9 +26,7 @@ async def kill(engine: AsyncEngine) -> uuid.UUID:
     result = await fail_jobs(
         engine,
         claimed,
-        error_class="MalformedOutput",
-        error_message="The model output was not valid JSON.",
-        retryable=False,
+        AttemptFailure("MalformedOutput", "The model output was not valid JSON.", False),
     )
     assert result == "dead"
     return claimed.jobs[0].id
