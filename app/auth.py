@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -151,20 +151,19 @@ def _is_identifier(value: object, max_length: int = _MAX_ID_LENGTH) -> bool:
 
 def issue_token(
     settings: Settings,
+    principal: Principal,
     *,
-    sub: str,
-    company_id: str,
-    roles: Iterable[str] = (),
     ttl_seconds: int = 3600,
     now: float | None = None,
     extra_claims: dict[str, Any] | None = None,
 ) -> str:
-    """Sign a token with the configured key (development, tests and the `token` command)."""
+    """Sign a token for `principal` with the configured key (development, tests and the `token`
+    command)."""
     issued = int(now if now is not None else time.time())
     claims: dict[str, Any] = {
-        "sub": sub,
-        "company_id": company_id,
-        "roles": sorted(roles),
+        "sub": principal.user_id,
+        "company_id": principal.company_id,
+        "roles": sorted(principal.roles),
         "iss": settings.jwt_issuer,
         "aud": settings.jwt_audience,
         "iat": issued,

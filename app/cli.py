@@ -65,14 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "migrate":
         return _migrate(settings)
     if args.command == "token":
-        from app.auth import issue_token  # noqa: PLC0415
+        from app.auth import Principal, issue_token  # noqa: PLC0415
 
         print(
             issue_token(
                 settings,
-                sub=args.sub,
-                company_id=args.company,
-                roles=args.role,
+                Principal(args.sub, args.company, frozenset(args.role)),
                 ttl_seconds=args.ttl,
             )
         )
@@ -172,7 +170,7 @@ def _positive_int(value: str) -> int:
 def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from app.auth import issue_token  # noqa: PLC0415
+    from app.auth import Principal, issue_token  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
     from app.observability import configure_logging  # noqa: PLC0415
 
@@ -186,9 +184,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     if settings.environment == "development":
         token = issue_token(
             settings,
-            sub="alice",
-            company_id="acme",
-            roles=["space_admin", "operator"],
+            Principal("alice", "acme", frozenset(["space_admin", "operator"])),
             ttl_seconds=12 * 3600,
         )
         print(f"Development token (alice@acme, space_admin+operator, 12 h):\n{token}", flush=True)

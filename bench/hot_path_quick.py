@@ -203,7 +203,7 @@ async def run(server_url: str, requests: int, *, profile: bool) -> None:
             _env_file=None, database_url=url, worker_enabled=False, llm_provider="rules"
         )
         app = create_app(settings)
-        token = issue_token(settings, sub=USER, company_id=COMPANY)
+        token = issue_token(settings, Principal(USER, COMPANY, frozenset()))
         headers = {"Authorization": f"Bearer {token}"}
         reference = load_reference_app(reference_dsn)
         async with LifespanManager(app), LifespanManager(reference):

@@ -69,7 +69,7 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import Settings
 from app.profiles.document import parse
 from bench import explain
@@ -175,7 +175,9 @@ def write_request_lists(
     run_dir: Path, settings: Settings, users: int, variants: Sequence[str]
 ) -> dict[str, Target]:
     tokens = {
-        user: issue_token(settings, sub=user_id(user), company_id=COMPANY, ttl_seconds=6 * 3600)
+        user: issue_token(
+            settings, Principal(user_id(user), COMPANY, frozenset()), ttl_seconds=6 * 3600
+        )
         for user in range(1, users + 1)
     }
     (run_dir / "tokens.tsv").write_text(

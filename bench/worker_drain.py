@@ -29,7 +29,7 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import Settings
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.main import create_app
@@ -144,7 +144,7 @@ class TurnQueue:
         await self._stack.aclose()
 
     def _token(self, sub: str, company: str, roles: tuple[str, ...] = ()) -> str:
-        return issue_token(self.settings, sub=sub, company_id=company, roles=roles)
+        return issue_token(self.settings, Principal(sub, company, frozenset(roles)))
 
     async def queue(self, tag: str, users: int, turns_per_user: int) -> int:
         """Save `turns_per_user` turns for each of `users` new users (each user's in order);

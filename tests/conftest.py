@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.db import run_migrations
 from app.embedded_pg import EmbeddedPostgres
@@ -109,7 +109,7 @@ def make_token(settings: Settings) -> TokenFactory:
     def factory(
         sub: str = "alice", company: str = "acme", roles: tuple[str, ...] = (), **claims: Any
     ) -> str:
-        return issue_token(settings, sub=sub, company_id=company, roles=roles, extra_claims=claims)
+        return issue_token(settings, Principal(sub, company, frozenset(roles)), extra_claims=claims)
 
     return factory
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jose import jwt
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import Settings
 from tests.helpers.apps import TEST_JWT_SECRET
 
@@ -152,7 +152,7 @@ async def test_rs256_with_public_key(database_url: str) -> None:
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
-            good = issue_token(settings, sub="alice", company_id="acme")
+            good = issue_token(settings, Principal("alice", "acme", frozenset()))
             assert (await http.get("/v1/me", headers=header_for(good))).status_code == 200
             hs = signed(claims())  # HS256 with the test secret: not in this allowlist
             assert (await http.get("/v1/me", headers=header_for(hs))).status_code == 401

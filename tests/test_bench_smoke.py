@@ -15,7 +15,7 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import Settings
 from app.main import create_app
 from bench import explain
@@ -53,7 +53,7 @@ async def test_the_seed_is_what_the_app_reads_and_the_plans_are_the_apps(
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            token = issue_token(settings, sub=user_id(1), company_id=COMPANY)
+            token = issue_token(settings, Principal(user_id(1), COMPANY, frozenset()))
             response = await client.post(
                 f"/v1/chats/{context_chat(1)}/context",
                 json={

@@ -15,7 +15,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from sqlalchemy import text
 
-from app.auth import issue_token
+from app.auth import Principal, issue_token
 from app.config import PROJECT_ROOT, to_asyncpg_url
 from app.db import SessionDep, run_migrations
 from app.embedded_pg import EmbeddedPostgres
@@ -33,7 +33,7 @@ async def test_outage_gives_503_then_recovers() -> None:
         await asyncio.to_thread(run_migrations, url)
         settings = make_settings(url, db_connect_timeout_seconds=1.0)
         app = create_app(settings)
-        token = issue_token(settings, sub="alice", company_id="acme")
+        token = issue_token(settings, Principal("alice", "acme", frozenset()))
         context_body = {"space_id": "s1", "messages": [{"role": "user", "content": "Hi"}]}
         bearer = {"Authorization": f"Bearer {token}"}
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from app.auth import TokenVerifier, issue_token
+from app.auth import Principal, TokenVerifier, issue_token
 from app.config import Settings
 from app.errors import Unauthorized
 from tests.helpers.apps import TEST_JWT_SECRET
@@ -31,7 +31,7 @@ def settings(**overrides: object) -> Settings:
 
 
 def token(sub: str = "alice", ttl: int = 600) -> str:
-    return issue_token(settings(), sub=sub, company_id="acme", ttl_seconds=ttl)
+    return issue_token(settings(), Principal(sub, "acme", frozenset()), ttl_seconds=ttl)
 
 
 def test_a_verified_token_is_answered_from_the_cache() -> None:
@@ -70,7 +70,7 @@ def test_a_token_differing_in_one_byte_is_not_the_cached_one() -> None:
     good = token()
     verifier.verify(good)
     header, _, signature = good.split(".")
-    other_claims = issue_token(settings(), sub="mallory", company_id="acme").split(".")[1]
+    other_claims = issue_token(settings(), Principal("mallory", "acme", frozenset())).split(".")[1]
     with pytest.raises(Unauthorized):
         verifier.verify(f"{header}.{other_claims}.{signature}")
 
