@@ -25,6 +25,7 @@ from app.jobs import router as jobs_router
 from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
+from app.tokens import TokenCounters
 from app.turns import explicit_router
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
@@ -47,11 +48,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(run_migrations, url)
     database = create_database(url, settings)
     app.state.database = database
+    # the one tiktoken wrapper: loads the offline encoding now, not at the first request
+    app.state.tokens = TokenCounters()
     worker: BackgroundWorker | None = None
     try:
         if settings.worker_enabled:
             worker = BackgroundWorker(
-                database, settings, app.state.metrics, maintenance=(prune_idempotency_keys,)
+                database,
+                settings,
+                app.state.metrics,
+                app.state.tokens,
+                maintenance=(prune_idempotency_keys,),
             )
             worker.start()
         _freeze_startup_objects()

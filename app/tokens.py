@@ -51,6 +51,25 @@ class TokenCounter:
         return len(self._encoding.encode_ordinary(text))
 
 
+class TokenCounters:
+    """The service's token counting, created once in the lifespan and handed to whatever counts.
+
+    `stored` counts what is stored with versions and messages and compared with the budgets:
+    the offline cl100k encoding whatever the model, so a stored count never changes meaning.
+    `for_model(name)` counts as that model does (resolved once per name).
+    """
+
+    def __init__(self) -> None:
+        self.stored = TokenCounter()
+        self._by_model: dict[str | None, TokenCounter] = {}
+
+    def for_model(self, model: str | None) -> TokenCounter:
+        counter = self._by_model.get(model)
+        if counter is None:
+            counter = self._by_model[model] = TokenCounter(model)
+        return counter
+
+
 @functools.cache
 def _load(name: str) -> tiktoken.Encoding:
     return tiktoken.get_encoding(name)

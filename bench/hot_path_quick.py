@@ -46,9 +46,11 @@ from app.folders import service as folders
 from app.main import create_app
 from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
-from app.profiles.versions import STORED_TOKEN_COUNTER
+from app.tokens import TokenCounters
 from app.turns import repository as turns_repository
 from bench.run_bench import REFERENCE_APP, TURN_TEXT, plain_dsn, seed_reference
+
+STORED = TokenCounters().stored
 
 COMPANY, USER, SPACE, CHAT = "bench-co", "bench-user", "space-1", "bench-chat"
 
@@ -72,7 +74,7 @@ def profile_document() -> tuple[str, int]:
         for section in (Section.IDENTITY, Section.COMMUNICATION, Section.WORK, Section.SKILLS)
     }
     profile = Profile.from_sections(Frontmatter(user_id=USER, turn_count=3), bullets)
-    return render(profile), STORED_TOKEN_COUNTER.count(render_body(profile))
+    return render(profile), STORED.count(render_body(profile))
 
 
 async def seed(app: Any, client: httpx.AsyncClient, headers: dict[str, str]) -> None:

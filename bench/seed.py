@@ -18,7 +18,7 @@ Two things would cost minutes at 100,000 users if done per row, and are not:
 
 - Profiles: a document is rendered once per template (`ProfileTemplates`: one per topic
   rotation, `user % 8`), with a marker where the user's number goes; PostgreSQL substitutes the
-  number. The stored `tokens` (the body, `STORED_TOKEN_COUNTER`) are counted once per template
+  number. The stored `tokens` (the body, `STORED`) are counted once per template
   and number of digits: the cl100k pre-tokenizer splits text by character class only, and every
   run of 1-3 digits is one token (checked), so any other number of the same length gives the
   same count.
@@ -67,12 +67,15 @@ from app.profiles import repository as profiles
 from app.profiles import service as profile_service
 from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render
 from app.profiles.versions import (
-    STORED_TOKEN_COUNTER,
     ExpectedHead,
     VersionSource,
     content_sha256,
     count_tokens,
 )
+from app.tokens import TokenCounters
+
+STORED = TokenCounters().stored
+"""The counter the service stores tokens with (`TokenCounters.stored`)."""
 
 COMPANY, SPACE = "bench-co", "space-1"
 CHECK_COMPANY = "bench-seed-check"  # scratch company of `check_ours`, deleted afterwards
@@ -175,7 +178,7 @@ def profile_document(user: int) -> tuple[str, int]:
     """User `user`'s memory.md (a valid document of ~8 KB) and its stored tokens (of the body,
     as the profile service counts them, ~1,800), rendered and counted the slow way."""
     profile = profile_of(user)
-    return render(profile), count_tokens(profile)
+    return render(profile), count_tokens(profile, STORED)
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ class ProfileTemplates:
         digits = len(str(users))
         documents = tuple(render(_profile(_MARKER, v)) for v in range(len(_TOPICS)))
         tokens = tuple(
-            count_tokens(profile_of(_representative(v, d)))
+            count_tokens(profile_of(_representative(v, d)), STORED)
             for v in range(len(_TOPICS))
             for d in range(1, digits + 1)
         )
@@ -248,7 +251,7 @@ class _LetterRunTokens(dict[bytes, int]):
     """Tokens of one maximal run of a-f (a pre-tokenizer piece), counted once per run."""
 
     def __missing__(self, run: bytes) -> int:
-        tokens = self[run] = STORED_TOKEN_COUNTER.count(run.decode("ascii"))
+        tokens = self[run] = STORED.count(run.decode("ascii"))
         return tokens
 
     def warm(self, longest: int) -> None:
@@ -264,7 +267,7 @@ _DIGIT_FLAGS = bytes.maketrans(b"0123456789abcdef", b"\x01" * 10 + b"\x00" * 6)
 
 
 def hex_tokens(content: bytes) -> int:
-    """`STORED_TOKEN_COUNTER.count(content)` for lowercase hex text, ~6x faster.
+    """`STORED.count(content)` for lowercase hex text, ~6x faster.
 
     The cl100k pre-tokenizer cuts hex text into the maximal runs of letters and the runs of
     digits in chunks of at most 3 (left to right); each piece is BPE-encoded on its own. A letter
@@ -295,7 +298,7 @@ def _require_digit_runs_single_tokens() -> None:
     """What `hex_tokens` and the profile templates rely on: 1-3 digits are one token."""
     for width in (1, 2, 3):
         for number in range(10**width):
-            if STORED_TOKEN_COUNTER.count(f"{number:0{width}d}") != 1:
+            if STORED.count(f"{number:0{width}d}") != 1:
                 raise RuntimeError(f"{number:0{width}d} is not one token: the seed's counts fail")
 
 
@@ -648,7 +651,7 @@ async def _seed_through_services(url: str, settings: Settings, users: Sequence[i
                     ExpectedHead(CHECK_COMPANY, user_id(user), 0),
                     profile,
                     source=VersionSource("consolidation"),
-                    tokens=count_tokens(profile),
+                    tokens=count_tokens(profile, STORED),
                 )
     finally:
         await database.dispose()
@@ -673,7 +676,7 @@ async def _check_user(
         problems.append(f"{uid}: the document's user_id is {profile.user_id}")
     if row["sha256"] != content_sha256(row["content"]):
         problems.append(f"{uid}: sha256 {row['sha256']} is not the content's")
-    if not row["tokens"] == tokens == count_tokens(profile) == templates.tokens_of(user):
+    if not row["tokens"] == tokens == count_tokens(profile, STORED) == templates.tokens_of(user):
         problems.append(f"{uid}: stored tokens {row['tokens']}, counted {tokens}")
     if row["head_version"] != 1:
         problems.append(f"{uid}: head version {row['head_version']}")
@@ -709,9 +712,7 @@ async def _check_user(
     turn_ids = [m["turn_id"] for m in messages]
     if turn_ids[::2] != turn_ids[1::2] or set(turn_ids) != {t["id"] for t in turns}:
         problems.append(f"{uid}: messages are not paired by turn")
-    wrong = [
-        m["tokens"] for m in messages if m["tokens"] != STORED_TOKEN_COUNTER.count(m["content"])
-    ]
+    wrong = [m["tokens"] for m in messages if m["tokens"] != STORED.count(m["content"])]
     if wrong:
         problems.append(f"{uid}: {len(wrong)} message token counts differ from the counter's")
     return problems
@@ -745,7 +746,7 @@ async def _check_message_tokens(conn: asyncpg.Connection, users: Sequence[int]) 
         COMPANY,
         [user_id(u) for u in users],
     )
-    wrong = [r for r in rows if r["tokens"] != STORED_TOKEN_COUNTER.count(r["content"])]
+    wrong = [r for r in rows if r["tokens"] != STORED.count(r["content"])]
     if wrong or len(rows) != len(users) * HISTORY_MESSAGES:
         return [f"message tokens: {len(wrong)} of {len(rows)} differ from the counter's"]
     return []

@@ -26,6 +26,7 @@ from app.consolidation.runner import worker_config
 from app.db import create_database
 from app.jobs.worker import Worker
 from app.observability import Metrics
+from app.tokens import TokenCounters
 from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue
 
 OWNER_QUERY = "owner query"
@@ -72,7 +73,7 @@ async def count_statements(
     )
     database = create_database(to_asyncpg_url(database_url), settings)
     metrics = Metrics()
-    handler = make_consolidation_handler(database, settings, None, metrics)
+    handler = make_consolidation_handler(database, settings, None, metrics, TokenCounters())
     worker = Worker(
         database.engine, dict.fromkeys(KINDS, handler), worker_config(settings), metrics
     )

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Final
 
 from app.config import Settings
@@ -21,7 +19,7 @@ from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION
 from app.consolidation.model_calls import INVALID_OUTPUT, ModelCalls, Usage, model_failure
 from app.consolidation.rules import consolidate_with_rules
-from app.consolidation.sizing import Change, SizeControl, fits
+from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
 from app.db import Database
 from app.errors import NotFound
@@ -31,7 +29,8 @@ from app.llm import ChatModel, ModelError
 from app.observability import Metrics
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
 from app.profiles.service import prune_versions, save_consolidation
-from app.profiles.versions import ExpectedHead, VersionConflict, VersionSource
+from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
+from app.tokens import TokenCounters
 
 logger = logging.getLogger("app.consolidation")
 
@@ -56,20 +55,15 @@ class _LeaseLost(Exception):
     """Raised inside the write transaction to roll it back: the claim is no longer ours."""
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def make_consolidation_handler(
     database: Database,
     settings: Settings,
     chat_model: ChatModel | None,
     metrics: Metrics,
-    *,
-    clock: Callable[[], datetime] = _utc_now,
+    tokens: TokenCounters,
 ) -> JobHandler:
     """The worker's handler: `chat_model` None means the offline rule-based consolidator."""
-    return ConsolidationPipeline(database, settings, chat_model, metrics, clock=clock).run
+    return ConsolidationPipeline(database, settings, chat_model, metrics, tokens).run
 
 
 class ConsolidationPipeline:
@@ -81,17 +75,20 @@ class ConsolidationPipeline:
         settings: Settings,
         chat_model: ChatModel | None,
         metrics: Metrics,
-        *,
-        clock: Callable[[], datetime] = _utc_now,
+        tokens: TokenCounters,
     ) -> None:
         self.database = database
         self.settings = settings
         self.metrics = metrics
-        self.clock = clock
+        self.tokens = tokens
+        self.policy = VersionPolicy(tokens.stored, settings.memory_max_versions)
+        self.clock = self.policy.clock
         self.model_calls = (
-            None if chat_model is None else ModelCalls(chat_model, settings, metrics, clock=clock)
+            None
+            if chat_model is None
+            else ModelCalls(chat_model, settings, metrics, clock=self.clock)
         )
-        self.size_control = SizeControl(self.model_calls, metrics)
+        self.size_control = SizeControl(self.model_calls, metrics, tokens)
 
     async def run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
         """Consolidate the claim; returns `noop`, `updated` or `lease_lost` after committing.
@@ -130,7 +127,7 @@ class ConsolidationPipeline:
     async def _decide(self, claimed: ClaimedJob, snapshot: Snapshot, usage: Usage) -> Change | None:
         now = self.clock()
         if claimed.kind == CONDENSATION:
-            if fits(snapshot.profile, snapshot):
+            if self.size_control.fits(snapshot.profile, snapshot):
                 return None
             unfitted = Change(snapshot.profile, (), "condensation")
             return await self.size_control.fit(snapshot, unfitted, usage)
@@ -174,12 +171,9 @@ class ConsolidationPipeline:
         source = self._source(claimed, snapshot, change, usage)
         try:
             async with self.database.sessionmaker() as session, session.begin():
-                row = await save_consolidation(
-                    session, head, change.profile, source, now=self.clock()
-                )
+                row = await save_consolidation(session, head, change.profile, source, self.policy)
                 if row is not None:
-                    keep = self.settings.memory_max_versions
-                    await prune_versions(session, claimed.company_id, claimed.user_id, keep)
+                    await prune_versions(session, head, self.policy)
                 version = None if row is None else row.version
                 outcome: JobOutcome = "noop" if row is None else "updated"
                 if not await complete_jobs(session, claimed, outcome=outcome, version=version):

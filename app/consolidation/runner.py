@@ -17,6 +17,7 @@ from app.db import Database
 from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.llm import create_chat_model
 from app.observability import Metrics
+from app.tokens import TokenCounters
 
 logger = logging.getLogger("app.consolidation")
 
@@ -46,11 +47,12 @@ class BackgroundWorker:
         database: Database,
         settings: Settings,
         metrics: Metrics,
+        tokens: TokenCounters,
         *,
         maintenance: Sequence[Maintenance] = (),
     ) -> None:
         self._chat_model = create_chat_model(settings)
-        handler = make_consolidation_handler(database, settings, self._chat_model, metrics)
+        handler = make_consolidation_handler(database, settings, self._chat_model, metrics, tokens)
         self.worker = Worker(
             database.engine,
             dict.fromkeys(KINDS, handler),

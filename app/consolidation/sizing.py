@@ -14,8 +14,8 @@ from app.llm import ModelError
 from app.observability import Metrics
 from app.profiles.budget import truncate_to_budget
 from app.profiles.document import Operation, Profile, diff_operations, render_body
-from app.profiles.versions import STORED_TOKEN_COUNTER, WorkerReason
-from app.tokens import TokenCounter
+from app.profiles.versions import WorkerReason
+from app.tokens import TokenCounters
 
 logger = logging.getLogger("app.consolidation")
 
@@ -29,27 +29,30 @@ class Change:
     reason: WorkerReason
 
 
-def token_counter(model: str) -> Callable[[str], int]:
+def budget_counter(tokens: TokenCounters, model: str) -> Callable[[str], int]:
     """Tokens as `model` counts them, but never fewer than the stored count the load path
     compares with the budget (else a profile could fit here and still queue condensations at
     every load)."""
-    model_counter = TokenCounter(model)
-    if model_counter.encoding_name == STORED_TOKEN_COUNTER.encoding_name:
-        return STORED_TOKEN_COUNTER.count
-    return lambda text: max(model_counter.count(text), STORED_TOKEN_COUNTER.count(text))
-
-
-def fits(profile: Profile, snapshot: Snapshot) -> bool:
-    """True when `profile`'s body is within the snapshot's budget."""
-    return token_counter(snapshot.model)(render_body(profile)) <= snapshot.budget
+    model_counter, stored = tokens.for_model(model), tokens.stored
+    if model_counter.encoding_name == stored.encoding_name:
+        return stored.count
+    return lambda text: max(model_counter.count(text), stored.count(text))
 
 
 class SizeControl:
     """Fits changes to their snapshot's budget; `model_calls` None means truncation only."""
 
-    def __init__(self, model_calls: ModelCalls | None, metrics: Metrics) -> None:
+    def __init__(
+        self, model_calls: ModelCalls | None, metrics: Metrics, tokens: TokenCounters
+    ) -> None:
         self.model_calls = model_calls
         self.metrics = metrics
+        self.tokens = tokens
+
+    def fits(self, profile: Profile, snapshot: Snapshot) -> bool:
+        """True when `profile`'s body is within the snapshot's budget."""
+        count = budget_counter(self.tokens, snapshot.model)
+        return count(render_body(profile)) <= snapshot.budget
 
     async def fit(self, snapshot: Snapshot, change: Change, usage: Usage) -> Change:
         """Within budget as is; else condensed by the model; else (or still over) truncated.
@@ -57,7 +60,7 @@ class SizeControl:
         A consolidation keeps reason `consolidation` (its turn count advances); a condensation
         job records `condensation` or `truncation`, whichever step made it fit.
         """
-        if fits(change.profile, snapshot):
+        if self.fits(change.profile, snapshot):
             return change
         profile, ops, reason = change.profile, list(change.operations), change.reason
         condensed = await self._condense(snapshot, profile, usage)
@@ -65,8 +68,9 @@ class SizeControl:
             self.metrics.condensations.inc()
             ops += diff_operations(profile, condensed)
             profile = replace(condensed, frontmatter=profile.frontmatter, truncated=False)
-        if not fits(profile, snapshot):
-            cut = truncate_to_budget(profile, snapshot.budget, token_counter(snapshot.model))
+        if not self.fits(profile, snapshot):
+            count = budget_counter(self.tokens, snapshot.model)
+            cut = truncate_to_budget(profile, snapshot.budget, count)
             self.metrics.truncations.inc()
             ops += diff_operations(profile, cut)
             profile = cut

@@ -27,7 +27,13 @@ from app.profiles.schemas import (
     VersionOut,
     VersionSummaryOut,
 )
-from app.profiles.versions import WriteConditions, etag, is_not_modified, parse_entity_tags
+from app.profiles.versions import (
+    VersionPolicy,
+    WriteConditions,
+    etag,
+    is_not_modified,
+    parse_entity_tags,
+)
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
 settings_router = APIRouter(tags=["settings"])
@@ -47,12 +53,13 @@ AgainstQuery = Annotated[
 ]
 
 
-async def _keep_versions(request: Request) -> int:
-    keep: int = request.app.state.settings.memory_max_versions
-    return keep
+async def _version_policy(request: Request) -> VersionPolicy:
+    """Versions counted by the service's token counters, retained as the settings say."""
+    state = request.app.state
+    return VersionPolicy(state.tokens.stored, state.settings.memory_max_versions)
 
 
-KeepVersionsDep = Annotated[int, Depends(_keep_versions)]
+VersionPolicyDep = Annotated[VersionPolicy, Depends(_version_policy)]
 
 Responses = dict[int | str, dict[str, Any]]
 _NOT_FOUND: Responses = {
@@ -101,7 +108,7 @@ async def put_memory(
     *,
     session: SessionDep,
     response: Response,
-    keep_versions: KeepVersionsDep,
+    policy: VersionPolicyDep,
     if_match: IfMatch = None,
     if_none_match: IfNoneMatch = None,
 ) -> MemoryOut:
@@ -110,7 +117,7 @@ async def put_memory(
         principal,
         body.content,
         WriteConditions(parse_entity_tags(if_match), parse_entity_tags(if_none_match)),
-        keep_versions=keep_versions,
+        policy=policy,
     )
     response.headers["ETag"] = etag(outcome.row.version)
     if outcome.created:
@@ -180,11 +187,11 @@ async def restore_version(
     *,
     session: SessionDep,
     response: Response,
-    keep_versions: KeepVersionsDep,
+    policy: VersionPolicyDep,
     if_match: IfMatch = None,
 ) -> MemoryOut:
     outcome = await service.restore_version(
-        session, principal, n, if_match=parse_entity_tags(if_match), keep_versions=keep_versions
+        session, principal, n, if_match=parse_entity_tags(if_match), policy=policy
     )
     response.headers["ETag"] = etag(outcome.row.version)
     if outcome.written:

@@ -35,6 +35,7 @@ from app.profiles.versions import (
     HeadState,
     VersionConflict,
     VersionInfo,
+    VersionPolicy,
     VersionReason,
     VersionRow,
     VersionSource,
@@ -47,6 +48,7 @@ from app.profiles.versions import (
     stamp,
     unified_diff,
 )
+from app.tokens import TokenCounter
 
 OPTED_OUT = (
     "Context memory is turned off for your account; turn it on in /v1/me/settings before "
@@ -100,11 +102,16 @@ def _stored_profile(row: VersionRow | None) -> Profile | None:
 
 
 async def _write(
-    session: AsyncSession, state: HeadState, profile: Profile, source: VersionSource
+    session: AsyncSession,
+    state: HeadState,
+    profile: Profile,
+    source: VersionSource,
+    counter: TokenCounter,
 ) -> VersionRow:
     """The compare-and-set write on `state.head_version`; retention is the caller's."""
+    tokens = count_tokens(profile, counter)
     return await repository.write_version(
-        session, state.expected, profile, source=source, tokens=count_tokens(profile)
+        session, state.expected, profile, source=source, tokens=tokens
     )
 
 
@@ -126,7 +133,7 @@ async def replace_memory(
     content: str,
     conditions: WriteConditions,
     *,
-    keep_versions: int,
+    policy: VersionPolicy,
 ) -> WriteOutcome:
     """PUT: create (`If-None-Match: *`) or replace (`If-Match`) the caller's profile.
 
@@ -152,7 +159,7 @@ async def replace_memory(
         current, conditions.if_match, conditions.if_none_match, may_create=True
     )
     edited = parse_user_profile(content, user_id)
-    return await _write_edit(session, state, edited, "user_edit", keep_versions)
+    return await _write_edit(session, state, edited, "user_edit", policy)
 
 
 async def _write_edit(
@@ -160,7 +167,7 @@ async def _write_edit(
     state: HeadState,
     edited: Profile,
     reason: VersionReason,
-    keep_versions: int,
+    policy: VersionPolicy,
 ) -> WriteOutcome:
     """A user's edit or restore: nothing when the bullets equal the head's; else a version with
     fresh frontmatter whose `turn_count` is the head's (an edit is not a consolidation)."""
@@ -168,13 +175,13 @@ async def _write_edit(
     head_profile = _stored_profile(head)
     if head is not None and head_profile is not None and same_sections(head_profile, edited):
         return WriteOutcome(head, written=False)
-    check_user_profile_size(edited)
+    check_user_profile_size(edited, policy.counter)
     before = head_profile or empty_profile(state.user_id)
-    now = datetime.now(UTC)
+    now = policy.clock()
     new = stamp(edited, user_id=state.user_id, now=now, turn_count=before.frontmatter.turn_count)
     source = VersionSource(reason, operations=tuple(diff_operations(before, new)))
-    row = await _write(session, state, new, source)
-    await repository.prune_versions(session, state.company_id, state.user_id, keep_versions)
+    row = await _write(session, state, new, source, policy.counter)
+    await repository.prune_versions(session, state.company_id, state.user_id, policy.keep)
     return WriteOutcome(row, written=True, created=head is None)
 
 
@@ -245,7 +252,7 @@ async def restore_version(
     version: int,
     *,
     if_match: EntityTags | None,
-    keep_versions: int,
+    policy: VersionPolicy,
 ) -> WriteOutcome:
     """A new version (reason `restore`) holding version `version`'s body with fresh frontmatter.
 
@@ -261,7 +268,7 @@ async def restore_version(
         raise NotFound("No memory.")
     current = None if state.row is None else state.row.version
     check_write_preconditions(current, if_match, None, may_create=False)
-    return await _write_edit(session, state, parse(source.content), "restore", keep_versions)
+    return await _write_edit(session, state, parse(source.content), "restore", policy)
 
 
 async def export_memory(session: AsyncSession, principal: Principal) -> MemoryExport:
@@ -317,14 +324,13 @@ async def save_consolidation(
     head: ExpectedHead,
     new_profile: Profile,
     source: VersionSource,
-    *,
-    now: datetime | None = None,
+    policy: VersionPolicy,
 ) -> VersionRow | None:
     """Write the worker's result as a new version by compare-and-set on `head.version`.
 
     `source` names a worker's reason and the run's provenance. The frontmatter is the
-    service's, whatever `new_profile` carries: the owner, `now`, and `turn_count` = the head's
-    + 1 for reason `consolidation` (unchanged for `condensation` and `truncation`; save a
+    service's, whatever `new_profile` carries: the owner, `policy.clock()`, and `turn_count` =
+    the head's + 1 for reason `consolidation` (unchanged for `condensation` and `truncation`; save a
     consolidation that also had to be condensed or cut as `consolidation`).
     Returns the new version, or None when the sections (and the truncation flag) equal the
     head's (an empty profile when there is none): nothing is written, as for a NOOP.
@@ -355,10 +361,10 @@ async def save_consolidation(
     new = stamp(
         new_profile,
         user_id=user_id,
-        now=now or datetime.now(UTC),
+        now=policy.clock(),
         turn_count=before.frontmatter.turn_count + increment,
     )
-    return await _write(session, state, new, source)
+    return await _write(session, state, new, source, policy.counter)
 
 
 async def ensure_memory_file(
@@ -381,7 +387,7 @@ async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadSt
     return state
 
 
-async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
+async def prune_versions(session: AsyncSession, head: ExpectedHead, policy: VersionPolicy) -> int:
     """Retention for the worker, after `save_consolidation` wrote a version: keep the newest
-    `keep` versions (never the head)."""
-    return await repository.prune_versions(session, company_id, user_id, keep)
+    `policy.keep` versions of `head`'s owner (never the head)."""
+    return await repository.prune_versions(session, head.company_id, head.user_id, policy.keep)

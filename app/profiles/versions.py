@@ -2,7 +2,8 @@
 frontmatter is stamped, how versions are compared and diffed, and how HTTP preconditions
 (ETag = version) are evaluated.
 
-Pure: no session, no clock, no settings. The repository stores what these rules produce.
+Pure: no session, no settings; the clock and the token counter arrive in a `VersionPolicy`.
+The repository stores what these rules produce.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import difflib
 import hashlib
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 from app.enablement.models import MAX_MAX_TOKENS
@@ -37,10 +38,22 @@ USER_EDIT_MAX_TOKENS: Final = MAX_MAX_TOKENS
 budget any space may allow (8000). Spaces with a smaller budget inject a truncated copy and
 queue a condensation, exactly as when an admin lowers a budget."""
 
-STORED_TOKEN_COUNTER: Final = TokenCounter()
-"""Counts the stored `tokens` of every version, whoever writes it: the offline cl100k encoding
-over the profile *body* (what is injected and what budgets limit), so counts written by the
-worker and by the user API are comparable and the load path never re-counts."""
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """How versions are written, whoever writes them: the stored `tokens` counted by `counter`
+    (`TokenCounters.stored`: the offline cl100k encoding over the profile *body*, what is
+    injected and what budgets limit, so counts written by the worker and by the user API are
+    comparable and the load path never re-counts), the newest `keep` versions retained, and
+    `last_updated` stamped by `clock`."""
+
+    counter: TokenCounter
+    keep: int
+    clock: Callable[[], datetime] = _utc_now
 
 
 class VersionConflict(PreconditionFailed):
@@ -166,9 +179,9 @@ def same_sections(old: Profile, new: Profile) -> bool:
 CONTENT_FIELD: Final = "body.content"
 
 
-def count_tokens(profile: Profile) -> int:
-    """The `tokens` stored with a version: the body, counted with `STORED_TOKEN_COUNTER`."""
-    return STORED_TOKEN_COUNTER.count(render_body(profile))
+def count_tokens(profile: Profile, counter: TokenCounter) -> int:
+    """The `tokens` stored with a version: the body, counted by `VersionPolicy.counter`."""
+    return counter.count(render_body(profile))
 
 
 def parse_user_profile(content: str, user_id: str) -> Profile:
@@ -181,9 +194,9 @@ def parse_user_profile(content: str, user_id: str) -> Profile:
         raise Unprocessable.field(CONTENT_FIELD, message) from exc
 
 
-def check_user_profile_size(profile: Profile) -> None:
+def check_user_profile_size(profile: Profile, counter: TokenCounter) -> None:
     """422 when the body exceeds `USER_EDIT_MAX_TOKENS`."""
-    tokens = count_tokens(profile)
+    tokens = count_tokens(profile, counter)
     if tokens > USER_EDIT_MAX_TOKENS:
         message = f"The profile holds {tokens} tokens; at most {USER_EDIT_MAX_TOKENS} are allowed."
         raise Unprocessable.field(CONTENT_FIELD, message)

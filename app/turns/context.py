@@ -36,7 +36,7 @@ from app.folders.service import actor_of
 from app.jobs.queue import JobPayload, NewJob, enqueue_job_once
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
-from app.profiles.versions import STORED_TOKEN_COUNTER
+from app.tokens import TokenCounter, TokenCounters
 from app.turns import repository
 from app.turns.memory import memory_to_inject
 from app.turns.repository import ContextRow
@@ -89,16 +89,21 @@ class ResolvedContext:
     history_tokens: int
 
 
+@dataclass(frozen=True)
+class ContextCall:
+    """One load: by whom, for which chat, with what."""
+
+    principal: Principal
+    chat_id: str
+    request: ContextRequest
+
+
 async def load_context(
-    database: Database,
-    principal: Principal,
-    chat_id: str,
-    request: ContextRequest,
-    *,
-    settings: Settings,
+    database: Database, call: ContextCall, *, settings: Settings, tokens: TokenCounters
 ) -> dict[str, object]:
     """The final message list for the model call, with memory injected and history resolved:
     the `ContextResponse` document, as JSON-ready values."""
+    principal, request = call.principal, call.request
     check_message_limits(
         settings,
         messages=request.messages,
@@ -117,12 +122,12 @@ async def load_context(
             conn,
             principal,
             request.space_id,
-            chat_id,
+            call.chat_id,
             history_limit=settings.history_max_messages if plan.load else None,
         )
     inputs = row.settings
     decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)
-    memory = _memory(principal, request.space_id, row, decision)
+    memory = _memory(principal, request.space_id, row, decision, tokens.stored)
     if memory.condense is not None:
         job_id = await _queue_condensation(database, principal, memory.condense, settings)
         memory = replace(memory, condensation_job_id=job_id)
@@ -185,7 +190,11 @@ def _base_system_prompt(request: ContextRequest, messages: list[Message]) -> str
 
 
 def _memory(
-    principal: Principal, space_id: str, row: ContextRow, decision: Decision
+    principal: Principal,
+    space_id: str,
+    row: ContextRow,
+    decision: Decision,
+    counter: TokenCounter,
 ) -> MemoryOutcome:
     """What to inject and why; over its budget, the condensation to queue for `space_id`."""
     if not decision.enabled:
@@ -197,7 +206,7 @@ def _memory(
         return MemoryOutcome(None, None, None, DENIED_REASON, access="denied")
     budget = row.settings.space.user_memory.max_tokens
     try:
-        injected = memory_to_inject(profile.content, profile.tokens, budget, STORED_TOKEN_COUNTER)
+        injected = memory_to_inject(profile.content, profile.tokens, budget, counter)
     except ProfileFormatError:
         logger.warning("unreadable stored profile version %s", profile.version)
         return MemoryOutcome(None, None, None, UNREADABLE_REASON, access="allowed")

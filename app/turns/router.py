@@ -17,6 +17,7 @@ from app.config import Settings
 from app.conversations.schemas import ChatIdPath
 from app.db import Database, database
 from app.lean_routes import LeanRoute, Provider
+from app.tokens import TokenCounters
 from app.turns import context, idempotency, save
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
 
@@ -30,6 +31,11 @@ async def _settings(request: Request) -> Settings:
 
 async def _database(request: Request) -> Database:
     return database(request)
+
+
+async def _tokens(request: Request) -> TokenCounters:
+    tokens: TokenCounters = request.app.state.tokens
+    return tokens
 
 
 async def _idempotency_key(
@@ -60,6 +66,7 @@ class TurnRoute(LeanRoute):
         current_principal: _principal,
         _settings: _settings,
         _database: _database,
+        _tokens: _tokens,
         _idempotency_key: _idempotency_key,
     }
 
@@ -68,6 +75,7 @@ router = APIRouter(tags=["turns"], route_class=TurnRoute)
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 DatabaseDep = Annotated[Database, Depends(_database)]
+TokensDep = Annotated[TokenCounters, Depends(_tokens)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
 
@@ -83,8 +91,10 @@ async def load_context(
     *,
     db: DatabaseDep,
     settings: SettingsDep,
+    tokens: TokensDep,
 ) -> Response:
-    document = await context.load_context(db, principal, chat_id, body, settings=settings)
+    call = context.ContextCall(principal, chat_id, body)
+    document = await context.load_context(db, call, settings=settings, tokens=tokens)
     return Response(orjson.dumps(document), media_type="application/json")
 
 
@@ -106,10 +116,11 @@ async def save_turn(
     *,
     db: DatabaseDep,
     settings: SettingsDep,
+    tokens: TokensDep,
     idempotency_key: IdempotencyKeyDep,
 ) -> Response:
     submission = save.TurnSubmission(principal, chat_id, body, idempotency_key)
-    outcome = await save.save_turn(db, submission, settings=settings)
+    outcome = await save.save_turn(db, submission, settings=settings, tokens=tokens)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(
         outcome.body,

@@ -28,7 +28,7 @@ from app.db import Database
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
 from app.jobs.queue import NewJob
-from app.profiles.versions import STORED_TOKEN_COUNTER
+from app.tokens import TokenCounter, TokenCounters
 from app.turns import idempotency, repository
 from app.turns.plan import TurnPlan, plan_turn, skip_reason
 from app.turns.schemas import TurnRequest
@@ -51,20 +51,21 @@ class TurnOutcome:
 
 @dataclass(frozen=True)
 class TurnSubmission:
-    """One turn handed in: by whom, to which chat, what, and under which `Idempotency-Key`."""
+    """One turn handed in: by whom, to which chat, what, and under which `Idempotency-Key`.
+
+    `refuse_skipped`: a turn whose consolidation would be skipped is a 409 with the reason,
+    and nothing is written (explicit consolidation).
+    """
 
     principal: Principal
     chat_id: str
     request: TurnRequest
     idempotency_key: str | None = None
+    refuse_skipped: bool = False
 
 
 async def save_turn(
-    database: Database,
-    submission: TurnSubmission,
-    *,
-    settings: Settings,
-    refuse_skipped: bool = False,
+    database: Database, submission: TurnSubmission, *, settings: Settings, tokens: TokenCounters
 ) -> TurnOutcome:
     """Save the turn and queue its consolidation (202), or say why it was skipped (201).
 
@@ -72,8 +73,6 @@ async def save_turn(
     a live record with the same request hash -> that response replayed, nothing written; with
     another hash -> 422. Otherwise the work is done and its response stored with the key, in the
     same transaction, so a replay can never see a turn that was rolled back.
-    `refuse_skipped`: a turn whose consolidation would be skipped is a 409 with the reason,
-    and nothing is written.
     """
     request = submission.request
     check_message_limits(
@@ -86,7 +85,7 @@ async def save_turn(
         # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
         keyed = submission.idempotency_key is not None
         async with conn.transaction() if keyed else contextlib.nullcontext():
-            return await _save(conn, database, submission, settings, refuse_skipped)
+            return await _save(conn, database, submission, settings, tokens)
 
 
 async def _save(
@@ -94,7 +93,7 @@ async def _save(
     database: Database,
     submission: TurnSubmission,
     settings: Settings,
-    refuse_skipped: bool,
+    tokens: TokenCounters,
 ) -> TurnOutcome:
     principal, request, key = submission.principal, submission.request, submission.idempotency_key
     request_hash = None
@@ -121,11 +120,11 @@ async def _save(
     skipped = skip_reason(row.settings)
     if skipped is None and not row.user_folder_exists:
         skipped = await _provision_folder(database, principal)
-    if skipped is not None and refuse_skipped:
+    if skipped is not None and submission.refuse_skipped:
         raise Conflict(f"Nothing was queued: {skipped}")
     plan = plan_turn(request, row.settings.space, skipped)
 
-    turn, messages = _new_rows(submission, plan)
+    turn, messages = _new_rows(submission, plan, tokens.stored)
     payload = plan.job_payload(turn.id, request.space_id)
     job = None
     if payload is not None:
@@ -142,7 +141,7 @@ async def _save(
 
 
 def _new_rows(
-    submission: TurnSubmission, plan: TurnPlan
+    submission: TurnSubmission, plan: TurnPlan, counter: TokenCounter
 ) -> tuple[history.NewTurn, list[history.NewMessage]]:
     """The turn row and its message rows, each message counted once, here."""
     principal, request = submission.principal, submission.request
@@ -155,7 +154,7 @@ def _new_rows(
         history_mode=request.history_mode.value,
         language_model=request.language_model,
     )
-    count = STORED_TOKEN_COUNTER.count
+    count = counter.count
     messages = [
         history.NewMessage(s.message.role, s.message.content, s.source, count(s.message.content))
         for s in plan.messages

@@ -15,10 +15,9 @@ from app.auth import Principal
 from app.folders import service as folders
 from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Section, render, render_body
-from app.profiles.versions import STORED_TOKEN_COUNTER
 from tests.helpers.apps import COMPANY, USER, AuthFactory
 from tests.helpers.db import rows, scalar, sessions
-from tests.helpers.profiles import profile_of
+from tests.helpers.profiles import STORED_COUNTER, profile_of
 
 ME = "/v1/me/memory"
 PENDING = ("queued", "retrying", "running")
@@ -131,7 +130,7 @@ async def seed_profile(
                 "v": version,
                 "content": document,
                 "sha": "0" * 64,
-                "tokens": STORED_TOKEN_COUNTER.count(render_body(profile)),
+                "tokens": STORED_COUNTER.count(render_body(profile)),
             },
         )
         await session.execute(

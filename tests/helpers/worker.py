@@ -30,7 +30,8 @@ def make_handler(
     if overrides:
         settings = make_settings(str(settings.database_url), **overrides)
     metrics = Metrics()
-    handler = make_consolidation_handler(database_of(app), settings, chat_model, metrics)
+    tokens = app.state.tokens
+    handler = make_consolidation_handler(database_of(app), settings, chat_model, metrics, tokens)
     return handler, metrics, settings
 
 

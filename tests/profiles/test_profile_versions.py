@@ -31,6 +31,7 @@ from app.profiles.versions import (
     ExpectedHead,
     MemoryFileMissing,
     VersionConflict,
+    VersionPolicy,
     VersionSource,
     check_write_preconditions,
     count_tokens,
@@ -38,6 +39,7 @@ from app.profiles.versions import (
     stamp,
     unified_diff,
 )
+from tests.helpers.profiles import STORED_COUNTER
 
 NOW = datetime(2026, 6, 17, 12, 0, tzinfo=UTC)
 ALICE = Principal(user_id="alice", company_id="acme", roles=frozenset())
@@ -291,7 +293,7 @@ async def save(
                 tokens_out=3,
                 job_id=uuid.UUID(int=7),
             ),
-            now=NOW,
+            VersionPolicy(STORED_COUNTER, keep=50, clock=lambda: NOW),
         )
     return None if row is None else row.version
 
@@ -312,7 +314,7 @@ async def test_save_consolidation_writes_what_the_worker_read(session: AsyncSess
     assert (head.model, head.tokens_in, head.tokens_out) == ("gpt-test", 10, 3)
     assert head.job_id == uuid.UUID(int=7)
     assert head.operations == [{"op": "ADD", "section": "Work Context", "old": None, "new": "x"}]
-    assert head.tokens == count_tokens(profile)
+    assert head.tokens == count_tokens(profile, STORED_COUNTER)
     assert version == head.version
 
 
