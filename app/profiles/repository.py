@@ -62,6 +62,24 @@ def _owner(company_id: str, user_id: str) -> tuple[Any, ...]:
 # --- the compare-and-set write -------------------------------------------------------------------
 
 
+async def _advance_head(session: AsyncSession, head: ExpectedHead) -> bool:
+    """The compare-and-set: `head_version` becomes `head.version + 1` if and only if it is
+    `head.version` now (PostgreSQL re-checks the WHERE on the newest row after a row-lock wait);
+    False when the head moved or the memory.md row is missing."""
+    advance = (
+        update(MemoryFile)
+        .where(
+            MemoryFile.company_id == head.company_id,
+            MemoryFile.user_id == head.user_id,
+            MemoryFile.head_version == head.version,
+        )
+        .values(head_version=head.version + 1, updated_at=func.now())
+        .returning(MemoryFile.head_version)
+        .execution_options(synchronize_session=False)
+    )
+    return (await session.execute(advance)).scalar_one_or_none() is not None
+
+
 async def write_version(
     session: AsyncSession,
     head: ExpectedHead,
@@ -84,18 +102,7 @@ async def write_version(
     company_id, user_id, expected_version = head.company_id, head.user_id, head.version
     if profile.user_id != user_id:
         raise ValueError("the profile's frontmatter must name its owner")
-    advance = (
-        update(MemoryFile)
-        .where(
-            MemoryFile.company_id == company_id,
-            MemoryFile.user_id == user_id,
-            MemoryFile.head_version == expected_version,
-        )
-        .values(head_version=expected_version + 1, updated_at=func.now())
-        .returning(MemoryFile.head_version)
-        .execution_options(synchronize_session=False)
-    )
-    if (await session.execute(advance)).scalar_one_or_none() is None:
+    if not await _advance_head(session, head):
         current = await select_head_version(session, company_id, user_id)
         if current is None:
             raise MemoryFileMissing
@@ -265,18 +272,7 @@ async def delete_profile(
     overwrites the next profile. Raises `VersionConflict` if the head moved. Returns the number
     of versions deleted.
     """
-    advance = (
-        update(MemoryFile)
-        .where(
-            MemoryFile.company_id == company_id,
-            MemoryFile.user_id == user_id,
-            MemoryFile.head_version == head_version,
-        )
-        .values(head_version=head_version + 1, updated_at=func.now())
-        .returning(MemoryFile.head_version)
-        .execution_options(synchronize_session=False)
-    )
-    if (await session.execute(advance)).scalar_one_or_none() is None:
+    if not await _advance_head(session, ExpectedHead(company_id, user_id, head_version)):
         raise VersionConflict(head_version, await select_head_version(session, company_id, user_id))
     statement = (
         delete(MemoryVersion)
