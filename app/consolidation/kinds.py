@@ -2,14 +2,15 @@
 
 `consolidation`: fold newly saved turns into the profile; the worker coalesces a user's waiting
 consolidation jobs into one claim. `condensation`: bring a profile over its budget back within
-it; claimed alone. Payloads hold ids only (see `app.jobs.queue.enqueue_job`).
+it; claimed alone. Payloads hold ids only (see `app.jobs.enqueue.NewJob`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from app.jobs.queue import JobPayload, register_kind
+from app.jobs.enqueue import register_kind
+from app.jobs.queue import JobPayload
 
 CONSOLIDATION: Final = register_kind("consolidation")
 CONDENSATION: Final = register_kind("condensation")

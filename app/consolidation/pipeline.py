@@ -23,7 +23,8 @@ from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
 from app.db import Database
 from app.errors import NotFound
-from app.jobs.queue import ClaimedJob, JobOutcome, complete_jobs
+from app.jobs.lifecycle import complete_jobs
+from app.jobs.queue import ClaimedJob, JobOutcome
 from app.jobs.worker import JobFailure, JobHandler
 from app.llm import ChatModel, ModelError
 from app.observability import Metrics

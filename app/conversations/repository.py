@@ -23,7 +23,7 @@ from app.auth import Principal
 from app.conversations.modes import Message, MessageSource, Role
 from app.db import positional
 from app.errors import Conflict
-from app.jobs.queue import ENQUEUE_JOB_CTE, NewJob, enqueue_params
+from app.jobs.enqueue import ENQUEUE_JOB_CTE, NewJob, enqueue_params
 
 
 @dataclass(frozen=True)

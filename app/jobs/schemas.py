@@ -10,7 +10,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from app.jobs.queue import JobKind, JobOutcome, JobStatus, registered_kinds
+from app.jobs.enqueue import registered_kinds
+from app.jobs.queue import JobKind, JobOutcome, JobStatus
 from app.jobs.repository import JobRow
 
 

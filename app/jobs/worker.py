@@ -27,16 +27,8 @@ from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.jobs.queue import (
-    AttemptFailure,
-    ClaimedJob,
-    ClaimPolicy,
-    JobKind,
-    claim_next_job,
-    fail_jobs,
-    heartbeat,
-    release_jobs,
-)
+from app.jobs.lifecycle import AttemptFailure, fail_jobs, heartbeat, release_jobs
+from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, claim_next_job
 from app.jobs.repository import queue_stats
 from app.observability import Metrics
 

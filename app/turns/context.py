@@ -33,7 +33,8 @@ from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
-from app.jobs.queue import JobPayload, NewJob, enqueue_job_once
+from app.jobs.enqueue import NewJob, enqueue_job_once
+from app.jobs.queue import JobPayload
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
 from app.tokens import TokenCounter, TokenCounters

@@ -27,7 +27,7 @@ from app.conversations.schemas import check_message_limits
 from app.db import Database
 from app.errors import Conflict, Forbidden, Unprocessable
 from app.folders.service import ensure_user_folder
-from app.jobs.queue import NewJob
+from app.jobs.enqueue import NewJob
 from app.tokens import TokenCounter, TokenCounters
 from app.turns import idempotency, repository
 from app.turns.plan import TurnPlan, plan_turn, skip_reason

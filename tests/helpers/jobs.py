@@ -10,7 +10,8 @@ from typing import Any
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, NewJob, claim_next_job, enqueue_job
+from app.jobs.enqueue import NewJob, enqueue_job
+from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, claim_next_job
 from tests.helpers.apps import COMPANY, SPACE
 from tests.helpers.db import rows
 

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.jobs import repository as stored_jobs
-from app.jobs.queue import NewJob, enqueue_job, registered_kinds
+from app.jobs.enqueue import NewJob, enqueue_job, registered_kinds
 from app.jobs.worker import UNKNOWN_KIND_CLASS, Worker, WorkerConfig
 from app.observability import Metrics
 

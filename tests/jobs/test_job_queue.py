@@ -15,18 +15,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.errors import Conflict, NotFound
 from app.jobs import repository as jobs
-from app.jobs.queue import (
+from app.jobs.enqueue import NewJob, enqueue_job
+from app.jobs.lifecycle import (
     BACKOFF_CAP_SECONDS,
-    JOBS,
     AttemptFailure,
-    NewJob,
     backoff_seconds,
     complete_jobs,
-    enqueue_job,
     fail_jobs,
     heartbeat,
     release_jobs,
 )
+from app.jobs.queue import JOBS
 from tests.helpers.apps import COMPANY
 from tests.helpers.jobs import LEASE, claim, claim_one, enqueue
 

@@ -9,11 +9,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.jobs.queue import (
-    AttemptFailure,
-    complete_jobs,
-    fail_jobs,
-)
+from app.jobs.lifecycle import AttemptFailure, complete_jobs, fail_jobs
 from tests.helpers.apps import OPERATOR, AuthFactory
 from tests.helpers.jobs import claim_one, enqueue
 

@@ -1,0 +1,186 @@
+"""What a worker does with a claim it holds: extend its lease, complete it in the caller's
+transaction, fail it (retry with backoff, or dead-letter), or release it on shutdown. Every
+write is fenced by the claim's lease token."""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from sqlalchemy import ColumnElement, and_, case, false, func, null, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from app.jobs.queue import JOBS, ClaimedJob, FailResult, JobOutcome, clock_of
+
+BACKOFF_BASE_SECONDS: Final = 2.0
+BACKOFF_FACTOR: Final = 2.0
+BACKOFF_CAP_SECONDS: Final = 300.0
+ERROR_MESSAGE_MAX_CHARS: Final = 512
+_ERROR_CLASS = re.compile(r"^[A-Za-z][A-Za-z0-9_.]{0,63}$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
+Executor = AsyncSession | AsyncConnection
+
+
+def _held(claimed: ClaimedJob) -> ColumnElement[bool]:
+    """The claim's rows, only while its lease token still stands (the fence)."""
+    return and_(
+        JOBS.c.company_id == claimed.company_id,
+        JOBS.c.id.in_(claimed.job_ids),
+        JOBS.c.status == "running",
+        JOBS.c.lease_token == claimed.lease_token,
+    )
+
+
+async def heartbeat(
+    engine: AsyncEngine, claimed: ClaimedJob, lease_seconds: float, *, now: datetime | None = None
+) -> bool:
+    """Extend the lease to now + `lease_seconds`. False = the lease is lost for at least one job
+    (re-claimed after expiry, or deleted by an opt-out): the worker must stop and write nothing.
+    An expired lease nobody re-claimed yet is still ours and is extended."""
+    clock = clock_of(now)
+    async with engine.begin() as conn:
+        extended = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(lease_expires_at=clock + timedelta(seconds=lease_seconds), updated_at=clock)
+            .returning(JOBS.c.id)
+        )
+        return len(extended.all()) == len(claimed.jobs)
+
+
+async def complete_jobs(
+    executor: Executor,
+    claimed: ClaimedJob,
+    *,
+    outcome: JobOutcome,
+    version: int | None,
+    now: datetime | None = None,
+) -> bool:
+    """Mark the claim's jobs succeeded, in the caller's transaction: call it in the transaction
+    that writes the profile version, so both commit or neither does.
+
+    All or nothing: if any job's lease token changed (re-claimed after expiry) or the job is gone,
+    nothing is written and False is returned; the caller must then roll back its transaction.
+    The rows stay locked until the caller commits, so a re-claim cannot slip in between.
+    """
+    clock = clock_of(now)
+    held = await executor.execute(select(JOBS.c.id).where(_held(claimed)).with_for_update())
+    if len(held.all()) != len(claimed.jobs):
+        return False
+    await executor.execute(
+        update(JOBS)
+        .where(_held(claimed))
+        .values(
+            status="succeeded",
+            outcome=outcome,
+            version=version,
+            error_class=None,
+            error_message=None,
+            lease_token=None,
+            lease_expires_at=None,
+            finished_at=clock,
+            updated_at=clock,
+        )
+    )
+    return True
+
+
+def backoff_seconds(
+    attempts: int, *, retry_after_seconds: float | None = None, jitter: float | None = None
+) -> float:
+    """Delay before the next attempt: full jitter, uniform in [0, min(cap, base * 2^(n-1))]
+    (2 s, 4 s, ... capped at 5 min), but at least the model's Retry-After (itself capped)."""
+    exponent = min(max(attempts - 1, 0), 30)
+    ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * BACKOFF_FACTOR**exponent)
+    fraction = random.random() if jitter is None else jitter  # noqa: S311 - jitter, not a secret
+    delay = ceiling * min(max(fraction, 0.0), 1.0)
+    if retry_after_seconds is not None and retry_after_seconds > 0:
+        delay = max(delay, min(retry_after_seconds, BACKOFF_CAP_SECONDS))
+    return delay
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    """Why an attempt failed, as operators see it, and whether the job may run again.
+
+    Contract: `error_class` is an identifier (e.g. `RateLimited`, `MalformedOutput`) and
+    `message` a fixed description written by the caller's author, never `str(exc)` of a model
+    error nor anything derived from the model's output or the user's text; both are shown to
+    operators. `retry_after_seconds`: the failing service's Retry-After, if it sent one.
+    """
+
+    error_class: str
+    message: str
+    retryable: bool
+    retry_after_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not _ERROR_CLASS.match(self.error_class):
+            raise ValueError("error_class must be an identifier of at most 64 characters")
+
+
+async def fail_jobs(
+    engine: AsyncEngine,
+    claimed: ClaimedJob,
+    failure: AttemptFailure,
+    *,
+    now: datetime | None = None,
+) -> FailResult:
+    """Record a failed attempt: each job retries after `backoff_seconds` if the failure is
+    retryable and it has attempts left, else it is dead-lettered. The message is stripped of
+    control characters and cut to 512 characters.
+
+    Returns "retrying" if any job will run again, "dead" if all were dead-lettered, and
+    "lease_lost" if the lease was no longer held (nothing written).
+    """
+    message = _CONTROL_CHARS.sub(" ", failure.message).strip()[:ERROR_MESSAGE_MAX_CHARS]
+    clock = clock_of(now)
+    delay = backoff_seconds(
+        max(job.attempts for job in claimed.jobs),
+        retry_after_seconds=failure.retry_after_seconds,
+    )
+    retry = JOBS.c.attempts < JOBS.c.max_attempts if failure.retryable else false()
+    async with engine.begin() as conn:
+        failed = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(
+                status=case((retry, "retrying"), else_="dead"),
+                run_after=case((retry, clock + timedelta(seconds=delay)), else_=JOBS.c.run_after),
+                finished_at=case((retry, null()), else_=clock),
+                error_class=failure.error_class,
+                error_message=message,
+                lease_token=None,
+                lease_expires_at=None,
+                updated_at=clock,
+            )
+            .returning(JOBS.c.status)
+        )
+        statuses = set(failed.scalars().all())
+    if not statuses:
+        return "lease_lost"
+    return "retrying" if "retrying" in statuses else "dead"
+
+
+async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:
+    """Graceful shutdown: hand the claim back untouched. The attempt did not happen, so
+    `attempts` goes back down; a job that had failed before returns to `retrying`, others to
+    `queued`; `run_after` is kept (already due). Returns how many jobs were put back."""
+    async with engine.begin() as conn:
+        released = await conn.execute(
+            update(JOBS)
+            .where(_held(claimed))
+            .values(
+                status=case((JOBS.c.attempts > 1, "retrying"), else_="queued"),
+                attempts=func.greatest(JOBS.c.attempts - 1, 0),
+                lease_token=None,
+                lease_expires_at=None,
+                locked_by=None,
+                updated_at=func.now(),
+            )
+            .returning(JOBS.c.id)
+        )
+        return len(released.all())
