@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     db_pool_pre_ping: bool = False
     db_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     db_statement_timeout_ms: int = Field(default=15_000, ge=0)
+    db_pgbouncer_transaction_mode: bool = Field(
+        default=False,
+        description=(
+            "The database is reached through PgBouncer with pool_mode=transaction: no prepared "
+            "statement outlives its statement, and DB_STATEMENT_TIMEOUT_MS is not sent (set "
+            "statement_timeout on the database role instead)."
+        ),
+    )
     db_unavailable_retry_after_seconds: int = Field(default=5, ge=1)
 
     # --- auth (contract names) ---------------------------------------------------------------

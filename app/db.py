@@ -49,7 +49,8 @@ class Base(DeclarativeBase):
 
 class DriverPool:
     """asyncpg connections for the hot path: no session, no ORM, statements prepared once per
-    connection (asyncpg's statement cache) and run with positional arguments.
+    connection (asyncpg's statement cache; none behind PgBouncer in transaction mode, see
+    `_unnamed_statements`) and run with positional arguments.
 
     Created empty; connections are opened on first use, up to `DB_HOT_POOL_SIZE`, with the
     engine's connect arguments (same server, timeouts and `application_name`). A connection
@@ -142,20 +143,24 @@ class Database:
 
 
 def create_database(url: str, settings: Settings) -> Database:
+    server_settings = {"application_name": "context-memory"}
     connect_args: dict[str, object] = {
         "timeout": settings.db_connect_timeout_seconds,
-        "server_settings": {
-            "application_name": "context-memory",
-            "statement_timeout": str(settings.db_statement_timeout_ms),
-        },
+        "server_settings": server_settings,
     }
+    engine_only: dict[str, object] = {}
+    if settings.db_pgbouncer_transaction_mode:
+        connect_args["statement_cache_size"] = 0
+        engine_only = _unnamed_statements()
+    else:
+        server_settings["statement_timeout"] = str(settings.db_statement_timeout_ms)
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_timeout=settings.db_connect_timeout_seconds,
-        connect_args=connect_args,
+        connect_args={**connect_args, **engine_only},
     )
     # the dialect turns the URL (host, port, socket directory, credentials) into asyncpg's
     # keyword arguments: both pools reach the same server the same way
@@ -166,6 +171,23 @@ def create_database(url: str, settings: Settings) -> Database:
         timeout=settings.db_connect_timeout_seconds,
     )
     return Database(engine, async_sessionmaker(engine, expire_on_commit=False), driver)
+
+
+def _unnamed_statements() -> dict[str, object]:
+    """The SQLAlchemy dialect's arguments for PgBouncer in transaction pooling mode
+    (`DB_PGBOUNCER_TRANSACTION_MODE`), where consecutive transactions of one client connection
+    run on different server connections and a server connection serves many clients.
+
+    A named prepared statement lives on the server connection that parsed it: the next
+    transaction may not find it, or another process's `__asyncpg_stmt_1__` is already there.
+    So SQLAlchemy caches no statement and prepares each one unnamed; with asyncpg's
+    `statement_cache_size=0` (set beside these) asyncpg parses an unnamed statement again in
+    the round trip that executes it, so nothing depends on a statement that a previous
+    round trip left on whichever server connection that was. The price: each statement
+    costs one more round trip (prepare, then parse-bind-execute), and nothing piles up on the
+    server. `statement_timeout` is not sent: PgBouncer refuses unknown startup parameters.
+    """
+    return {"prepared_statement_cache_size": 0, "prepared_statement_name_func": lambda: ""}
 
 
 def positional(sql: str) -> tuple[str, tuple[str, ...]]:
