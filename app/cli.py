@@ -181,7 +181,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
         f"Context Memory Service on http://{host}:{port}  database: {where}{processes}", flush=True
     )
     print(f"Swagger UI: http://{host}:{port}/docs", flush=True)
-    if settings.environment == "development":
+    if settings.uses_development_jwt_secret:
         token = issue_token(
             settings,
             Principal("alice", "acme", frozenset(["space_admin", "operator"])),

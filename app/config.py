@@ -129,9 +129,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_dev_secret_outside_development(self) -> Settings:
-        uses_hmac = any(alg.startswith("HS") for alg in self.jwt_algorithms)
-        dev_secret = self.jwt_secret.get_secret_value() == DEV_JWT_SECRET
-        if self.environment != "development" and uses_hmac and dev_secret:
+        if self.environment != "development" and self.uses_development_jwt_secret:
             raise ValueError(
                 "JWT_SECRET is the built-in development secret; "
                 "set a real secret outside ENVIRONMENT=development"
@@ -145,6 +143,13 @@ class Settings(BaseSettings):
     @property
     def uses_embedded_database(self) -> bool:
         return not self.database_url
+
+    @property
+    def uses_development_jwt_secret(self) -> bool:
+        """HMAC tokens signed with the built-in secret, which anybody can read in this file:
+        only then may `serve` print a token (a token in a log is a credential otherwise)."""
+        uses_hmac = any(alg.startswith("HS") for alg in self.jwt_algorithms)
+        return uses_hmac and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET
 
     @property
     def async_database_url(self) -> str | None:
