@@ -244,6 +244,11 @@ def is_database_unavailable(error: BaseException) -> bool:
             return True
         if isinstance(current, exc.TimeoutError):  # pool exhausted while the database is down
             return True
+        if isinstance(current, asyncpg.exceptions.InternalClientError):
+            # asyncpg's protocol state broke under the statement: seen when the server ended an
+            # idle pooled session (pg_terminate_backend, a failover) and the FATAL it sent was
+            # read before the connection closed; the next connection is fine
+            return True
         current = getattr(current, "orig", None) or current.__cause__ or current.__context__
     return False
 
