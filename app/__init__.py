@@ -14,7 +14,8 @@ The packages depend one way, bottom to top; a module imports only from its own l
    deletes it (which reaches down into folders, enablement and jobs).
 7. `consolidation`: the job kinds it handles, the pipeline, its prompts and the offline engine.
 8. `turns`: the orchestrator's two calls (and explicit consolidation), composed from the above.
-9. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
+9. `erasure`: `DELETE /v1/me`, which deletes what the packages below keep about the caller.
+10. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
 
 `tests/test_package_order.py` fails when a module imports upward; `python -m
 tests.test_package_order` prints the package graph it checks.
@@ -42,6 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("profiles",),
     ("consolidation",),
     ("turns",),
+    ("erasure",),
     ("main", "cli", "models", "__main__"),
 )
 """The order above, bottom first: each entry names the modules or packages of one layer."""

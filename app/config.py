@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     # --- conversation history ----------------------------------------------------------------
     history_max_messages: int = Field(default=50, ge=0)
     history_max_tokens: int = Field(default=8000, ge=0)
+    # stored messages older than this many days are deleted by the worker; 0 keeps them
+    chat_retention_days: int = Field(default=0, ge=0, le=36_500)
 
     # --- memory profile ----------------------------------------------------------------------
     memory_max_versions: int = Field(default=50, ge=1)

@@ -16,9 +16,11 @@ from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation.runner import BackgroundWorker
 from app.conversations import router as conversations_router
+from app.conversations.retention import chat_retention_steps
 from app.db import create_database, head_revision, run_migrations
 from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
+from app.erasure import router as erasure_router
 from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
@@ -58,7 +60,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 settings,
                 app.state.metrics,
                 app.state.tokens,
-                maintenance=(prune_idempotency_keys,),
+                maintenance=(
+                    prune_idempotency_keys,
+                    *chat_retention_steps(settings.chat_retention_days),
+                ),
             )
             worker.start()
         _freeze_startup_objects()
@@ -112,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.extend(turns_router.router.routes)
     app.include_router(operations.router)
     app.include_router(auth.router)
+    app.include_router(erasure_router.router)
     app.include_router(enablement_router.router)
     app.include_router(profiles_router.settings_router)
     app.include_router(folders_router.router)

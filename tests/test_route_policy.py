@@ -30,6 +30,7 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/docs/oauth2-redirect"): "public",
     ("GET", "/redoc"): "public",
     ("GET", "/v1/me"): "user",
+    ("DELETE", "/v1/me"): "user",
     ("POST", "/v1/chats/{chat_id}/context"): "user",
     ("POST", "/v1/chats/{chat_id}/turns"): "user",
     ("GET", "/v1/chats/{chat_id}/messages"): "user",

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.auth import Principal
 from app.conversations.modes import Message, MessageSource, Role
@@ -270,3 +270,79 @@ async def delete_chat(session: AsyncSession, company_id: str, user_id: str, chat
     params = {"company_id": company_id, "user_id": user_id, "chat_id": chat_id}
     deleted = (await session.execute(_DELETE_CHAT, params)).scalar_one()
     return bool(deleted)
+
+
+@dataclass(frozen=True)
+class HistoryDeletion:
+    """What deleting a user's whole history removed (counts only)."""
+
+    chats: int
+    turns: int
+    messages: int
+
+
+_DELETE_USER_HISTORY = text("""
+WITH message AS (
+    DELETE FROM chat_messages WHERE company_id = :company_id AND user_id = :user_id
+    RETURNING chat_id
+), turn AS (
+    DELETE FROM turns WHERE company_id = :company_id AND user_id = :user_id
+    RETURNING chat_id
+)
+SELECT (SELECT count(*) FROM (SELECT chat_id FROM message UNION SELECT chat_id FROM turn) c)
+           AS chats,
+       (SELECT count(*) FROM turn) AS turns,
+       (SELECT count(*) FROM message) AS messages
+""")
+
+
+async def delete_user_history(
+    session: AsyncSession, company_id: str, user_id: str
+) -> HistoryDeletion:
+    """Delete every chat of the user: all their turns and messages, in the caller's transaction."""
+    params = {"company_id": company_id, "user_id": user_id}
+    row = (await session.execute(_DELETE_USER_HISTORY, params)).one()
+    return HistoryDeletion(chats=row.chats, turns=row.turns, messages=row.messages)
+
+
+# --- retention: the worker's housekeeping deletes old history -----------------------------------
+
+_DELETE_OLD_MESSAGES = text("""
+DELETE FROM chat_messages
+WHERE (company_id, id) IN (
+    SELECT company_id, id FROM chat_messages
+    WHERE created_at < now() - make_interval(days => :days)
+    LIMIT :batch
+)
+""")
+
+# A turn past the retention whose messages are all gone (deleted above, or it saved none).
+_DELETE_EMPTY_OLD_TURNS = text("""
+DELETE FROM turns t
+WHERE t.created_at < now() - make_interval(days => :days)
+  AND NOT EXISTS (
+      SELECT 1 FROM chat_messages m
+      WHERE m.company_id = t.company_id AND m.user_id = t.user_id AND m.chat_id = t.chat_id
+        AND m.turn_id = t.id
+  )
+""")
+
+
+async def delete_history_older_than(engine: AsyncEngine, days: int, *, batch: int) -> int:
+    """Delete stored messages older than `days` days, then the turns left without messages
+    that are as old; returns the rows deleted.
+
+    Messages go in batches of `batch`, each its own short transaction, so a first run over a
+    large backlog never holds one long transaction or a lock on millions of rows.
+    """
+    deleted = 0
+    while True:
+        async with engine.begin() as conn:
+            result = await conn.execute(_DELETE_OLD_MESSAGES, {"days": days, "batch": batch})
+        count = int(result.rowcount)
+        deleted += count
+        if count < batch:
+            break
+    async with engine.begin() as conn:
+        result = await conn.execute(_DELETE_EMPTY_OLD_TURNS, {"days": days})
+    return deleted + int(result.rowcount)

@@ -1,4 +1,5 @@
-"""The audit log of settings changes: record an event in the caller's transaction, list them.
+"""The audit log of settings changes: record an event in the caller's transaction, list them,
+and what an erasure leaves of it.
 
 An event holds who, when, what and old -> new of the changed fields only; never memory content.
 """
@@ -8,14 +9,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import insert, select
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement.models import AuditEvent
 
 JsonObject = Mapping[str, object]
+
+USER_ERASED: Final = "user.erased"
+"""The one kind of event an erasure keeps about the erased user (target `user`, the user's id):
+when it happened and counts of what it deleted, never content. Earlier ones are kept too."""
+ERASED_ACTOR: Final = "erased-user"
+"""Who an erased user's remaining changes of company settings name as their actor."""
 
 
 @dataclass(frozen=True)
@@ -104,3 +111,33 @@ async def select_events(
         )
         for r in rows
     ]
+
+
+@dataclass(frozen=True)
+class AuditErasure:
+    deleted: int  # events about the user (their setting, their memory's deletion)
+    anonymised: int  # events the user caused on the company's flags and spaces
+
+
+async def erase_user_events(session: AsyncSession, company_id: str, user_id: str) -> AuditErasure:
+    """Erasure: delete the company's events about the user, except `USER_ERASED` ones, and
+    name `ERASED_ACTOR` instead of the user in the events they caused on other targets (the
+    company keeps what changed in its flags and spaces, and when, but not who changed it).
+
+    `actor_id` carries no company: an operator of another company with the same id would be
+    anonymised too. Identities are (company, id) pairs; such a collision is not expected.
+    """
+    kept = AuditEvent.action != USER_ERASED
+    about_user = and_(AuditEvent.target_kind == "user", AuditEvent.target_id == user_id)
+    deleted = await session.execute(
+        delete(AuditEvent)
+        .where(AuditEvent.company_id == company_id, about_user, kept)
+        .returning(AuditEvent.id)
+    )
+    anonymised = await session.execute(
+        update(AuditEvent)
+        .where(AuditEvent.company_id == company_id, AuditEvent.actor_id == user_id, kept)
+        .values(actor_id=ERASED_ACTOR)
+        .returning(AuditEvent.id)
+    )
+    return AuditErasure(deleted=len(deleted.all()), anonymised=len(anonymised.all()))

@@ -1,5 +1,5 @@
-"""SQL for company flags, space and user settings, the hot-path enablement read, and the deletion
-of a user's memory on opt-out (flushes, never commits).
+"""SQL for company flags, space and user settings, the hot-path enablement read, the deletion
+of a user's memory on opt-out, and what an erasure forgets (flushes, never commits).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -225,6 +225,33 @@ async def upsert_user_setting(
         set_={"context_memory": statement.excluded.context_memory, "updated_at": func.now()},
     )
     await session.execute(statement)
+
+
+async def delete_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool:
+    """Erasure: forget the user's stored setting (it reads as never saved again)."""
+    statement = (
+        delete(UserSettings)
+        .where(UserSettings.company_id == company_id, UserSettings.user_id == user_id)
+        .returning(UserSettings.user_id)
+    )
+    return (await session.execute(statement)).first() is not None
+
+
+async def anonymise_editor(
+    session: AsyncSession, company_id: str, user_id: str, marker: str
+) -> int:
+    """Erasure: the company's flags and space settings last changed by the user keep their
+    values but name `marker` as `updated_by`; returns how many rows."""
+    changed = 0
+    for table in (CompanyFeatureFlag, SpaceSettings):
+        result = await session.execute(
+            update(table)
+            .where(table.company_id == company_id, table.updated_by == user_id)
+            .values(updated_by=marker)
+            .returning(table.company_id)
+        )
+        changed += len(result.all())
+    return changed
 
 
 # --- the hot-path read, and its fragments for the orchestrator's one-statement reads (app/turns) --

@@ -1,5 +1,6 @@
 """Reading and operating on stored jobs: a user's own job, the operator's listing and retry of
-dead letters, the opt-out's delete, and the queue statistics behind the metrics gauges.
+dead letters, the opt-out's and the erasure's deletes, and the queue statistics behind the
+metrics gauges.
 
 The worker's side of the queue (enqueue, claim, heartbeat, finish) lives in `queue.py`.
 """
@@ -143,6 +144,17 @@ async def delete_user_jobs(session: AsyncSession, company_id: str, user_id: str)
         delete(JOBS)
         .where(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
         .where(JOBS.c.status.in_(PENDING_STATUSES))
+        .returning(JOBS.c.id)
+    )
+    return len(deleted.all())
+
+
+async def delete_every_user_job(session: AsyncSession, company_id: str, user_id: str) -> int:
+    """Erasure: delete all the user's jobs, finished ones included (a running one's worker is
+    then fenced out: its heartbeat and completion find no job holding its lease)."""
+    deleted = await session.execute(
+        delete(JOBS)
+        .where(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
         .returning(JOBS.c.id)
     )
     return len(deleted.all())

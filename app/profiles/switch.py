@@ -80,7 +80,7 @@ async def update_user_setting(
     if context_memory:
         return UserSettingUpdate(True, None)
 
-    deleted = await _delete_user_memory(session, company_id, user_id)
+    deleted = await delete_user_memory(session, company_id, user_id)
     if deleted.anything:
         await audit.record_event(
             session,
@@ -102,9 +102,11 @@ async def update_user_setting(
     return UserSettingUpdate(False, deleted)
 
 
-async def _delete_user_memory(
+async def delete_user_memory(
     session: AsyncSession, company_id: str, user_id: str
 ) -> MemoryDeletion:
+    """The profile, its versions, the folder and the pending jobs; the caller holds
+    `lock_user_memory` (the opt-out, and the erasure, which deletes the finished jobs too)."""
     # Lock the profile first: an in-flight version write commits before we count and delete.
     profile = await repository.lock_memory_file(session, company_id, user_id)
     versions = await repository.delete_memory_versions(session, company_id, user_id)

@@ -187,3 +187,15 @@ async def prune_idempotency_keys(executor: AsyncSession | AsyncConnection | Asyn
             return await prune_idempotency_keys(conn)
     result = await executor.execute(_PRUNE)
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+_DELETE_USER_KEYS = text(
+    "DELETE FROM idempotency_keys WHERE company_id = :company_id AND user_id = :user_id"
+)
+
+
+async def delete_user_idempotency_keys(session: AsyncSession, company_id: str, user_id: str) -> int:
+    """Erasure: delete every idempotency record of the user, live or expired; returns how many."""
+    params = {"company_id": company_id, "user_id": user_id}
+    result = await session.execute(_DELETE_USER_KEYS, params)
+    return int(result.rowcount)  # type: ignore[attr-defined]

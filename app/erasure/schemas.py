@@ -1,0 +1,39 @@
+"""The erasure's answer: what was deleted and what was anonymised, as counts."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from app.erasure.service import Erasure
+
+
+class DeletedOut(BaseModel):
+    profile: bool = Field(description="The memory.md profile existed and was deleted")
+    versions: int
+    folder: bool = Field(description="The folder user-memory/<your id> and its access entries")
+    chats: int
+    turns: int
+    messages: int
+    jobs: int = Field(description="All your jobs, finished ones included")
+    idempotency_keys: int
+    settings: bool = Field(description="Your stored setting (it is back at its default)")
+    audit_events: int = Field(description="Audit events about your setting and memory")
+
+
+class AnonymisedOut(BaseModel):
+    audit_events: int = Field(
+        description="Audit events of changes you made to company flags or spaces, kept without "
+        "your id"
+    )
+    settings: int = Field(
+        description="Company flags and spaces you changed last, kept without your id"
+    )
+
+
+class ErasureOut(BaseModel):
+    deleted: DeletedOut
+    anonymised: AnonymisedOut
+
+    @classmethod
+    def of(cls, erasure: Erasure) -> ErasureOut:
+        return cls.model_validate(erasure, from_attributes=True)

@@ -1,0 +1,110 @@
+"""The erasure of one user (the twin of the export): everything the service holds about the
+caller, deleted in the request's one transaction.
+
+Deleted: the profile with its versions, the memory.md row and the folder `user-memory/<user_id>`
+with its ACL; every chat (turns and messages); every job, finished ones included; every
+idempotency record; the stored setting; the audit events about the user. Anonymised (the company's
+records, not the user's): the audit events the user caused on company flags and spaces, and
+`updated_by` of the flags and spaces the user changed last, now naming `audit.ERASED_ACTOR`.
+Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else.
+
+It takes the user-memory lock first, as the opt-out does: a consolidation that read the memory
+before the erasure either commits first (and is deleted here) or writes after it and is refused,
+because the folder it needs is gone. Erasure is not a ban: a later turn of the same user starts
+from nothing, with the setting at its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Principal
+from app.conversations.repository import delete_user_history
+from app.enablement import audit
+from app.enablement.repository import anonymise_editor, delete_user_setting
+from app.jobs.repository import delete_every_user_job
+from app.profiles.switch import delete_user_memory, lock_user_memory
+from app.turns.repository import delete_user_idempotency_keys
+
+
+@dataclass(frozen=True)
+class Deleted:
+    profile: bool
+    versions: int
+    folder: bool
+    chats: int
+    turns: int
+    messages: int
+    jobs: int
+    idempotency_keys: int
+    settings: bool
+    audit_events: int
+
+
+@dataclass(frozen=True)
+class Anonymised:
+    audit_events: int
+    settings: int  # company flags and space settings the user changed last
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure did (counts only, never content); all zero when there was nothing."""
+
+    deleted: Deleted
+    anonymised: Anonymised
+
+    @property
+    def anything(self) -> bool:
+        return any(
+            value for part in (self.deleted, self.anonymised) for value in asdict(part).values()
+        )
+
+    def counts(self) -> dict[str, dict[str, int | bool]]:
+        """The audit event's payload: exactly these fields, all counts or flags."""
+        return {"deleted": asdict(self.deleted), "anonymised": asdict(self.anonymised)}
+
+
+async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
+    """Erase the caller (see the module docstring); a second call finds nothing and reports
+    zeros, and records no second event."""
+    company_id, user_id = principal.company_id, principal.user_id
+    await lock_user_memory(session, company_id, user_id)
+    memory = await delete_user_memory(session, company_id, user_id)
+    jobs = memory.jobs + await delete_every_user_job(session, company_id, user_id)
+    history = await delete_user_history(session, company_id, user_id)
+    keys = await delete_user_idempotency_keys(session, company_id, user_id)
+    setting = await delete_user_setting(session, company_id, user_id)
+    events = await audit.erase_user_events(session, company_id, user_id)
+    edits = await anonymise_editor(session, company_id, user_id, audit.ERASED_ACTOR)
+    erasure = Erasure(
+        Deleted(
+            profile=memory.profile,
+            versions=memory.versions,
+            folder=memory.folder,
+            chats=history.chats,
+            turns=history.turns,
+            messages=history.messages,
+            jobs=jobs,
+            idempotency_keys=keys,
+            settings=setting,
+            audit_events=events.deleted,
+        ),
+        Anonymised(audit_events=events.anonymised, settings=edits),
+    )
+    if erasure.anything:
+        await audit.record_event(
+            session,
+            company_id,
+            audit.AuditEntry(
+                actor_id=user_id,
+                action=audit.USER_ERASED,
+                target_kind="user",
+                target_id=user_id,
+                old=None,
+                new=erasure.counts(),
+            ),
+        )
+    return erasure

@@ -1,0 +1,308 @@
+"""The proof over the whole schema: after an opt-out and after an erasure, no row of the user is
+left beyond what the operation promises, the user's canary (seeded into every text the user
+can write) is in no column it should not be, and a second user's data is untouched.
+
+The tables are discovered from `information_schema`, so a table added later is covered without a
+line here: a row of the user in it after an erasure fails the test until the erasure handles it
+(or the row is allowed below, on purpose).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
+from tests.helpers.db import rows, scalar
+from tests.helpers.settings import patch_user_settings
+from tests.helpers.worker import make_handler, make_worker
+
+COMPANY: Final = "acme"
+
+# Columns that hold a user id, by name: the owner, an actor, an audit target, an ACL principal,
+# and whoever last changed a row (`*_by`). Any other column naming the user is caught by the
+# row-text search below.
+USER_COLUMN_NAMES: Final = frozenset({"user_id", "actor_id", "target_id", "principal_id"})
+
+# What each operation leaves of the user, per table, as a predicate on the user's rows; a table
+# not named keeps none. The opt-out (SPEC 6, `app/profiles/switch.py`) deletes the memory, its
+# folder and the pending jobs; history, finished jobs, idempotency records, the setting (now
+# off), the audit trail and the company settings the user last changed stay.
+KEPT_BY_OPT_OUT: Final = {
+    "turns": "true",
+    "chat_messages": "true",
+    "idempotency_keys": "true",
+    "jobs": "status IN ('succeeded', 'dead')",
+    "user_settings": "context_memory = false",
+    "audit_events": "true",
+    "company_feature_flags": "true",
+    "space_settings": "true",
+}
+# The erasure (`app/erasure/service.py`) keeps one audit event: who was erased, with counts.
+KEPT_BY_ERASURE: Final = {
+    "audit_events": "action = 'user.erased' AND coalesce(old, 'null') = 'null'"  # JSON or SQL null
+}
+
+# Every table the seed below writes a row of the user into (the proof is not vacuous for them).
+SEEDED_TABLES: Final = frozenset(
+    {
+        "turns",
+        "chat_messages",
+        "idempotency_keys",
+        "jobs",
+        "memory_files",
+        "memory_versions",
+        "folders",
+        "folder_acl",
+        "user_settings",
+        "audit_events",
+        "company_feature_flags",
+        "space_settings",
+    }
+)
+# Where text the user writes lands (memory, messages, chat and space ids, keys, job payloads).
+CANARY_TABLES: Final = frozenset(
+    {"turns", "chat_messages", "idempotency_keys", "jobs", "memory_versions"}
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, data type)
+
+    @property
+    def user_columns(self) -> tuple[str, ...]:
+        return tuple(
+            name for name, _ in self.columns if name in USER_COLUMN_NAMES or name.endswith("_by")
+        )
+
+    @property
+    def as_text(self) -> str:
+        """The whole row as text: every column, bytea decoded, so a needle is found anywhere."""
+        parts = [
+            f"encode(\"{name}\", 'escape')" if kind == "bytea" else f'"{name}"::text'
+            for name, kind in self.columns
+        ]
+        return f"concat_ws(chr(31), {', '.join(parts)})"
+
+    def naming(self, needle: str) -> str:
+        return f"position('{needle}' IN {self.as_text}) > 0"
+
+    def owned_by(self, user_id: str) -> str:
+        """The user's rows by their user columns (in the company, where rows have one)."""
+        named = " OR ".join(f"\"{column}\" = '{user_id}'" for column in self.user_columns)
+        company = any(name == "company_id" for name, _ in self.columns)
+        return f"({named})" + (f" AND company_id = '{COMPANY}'" if company else "")
+
+
+async def discover(app: FastAPI) -> list[Table]:
+    found = await rows(
+        app,
+        "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c"
+        " JOIN information_schema.tables t"
+        "   ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
+        " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
+        "   AND c.table_name <> 'alembic_version'"
+        " ORDER BY c.table_name, c.ordinal_position",
+    )
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for row in found:
+        tables.setdefault(row.table_name, []).append((row.column_name, row.data_type))
+    return [Table(name, tuple(columns)) for name, columns in tables.items()]
+
+
+async def count(app: FastAPI, table: Table, where: str) -> int:
+    value: int = await scalar(app, f'SELECT count(*) FROM "{table.name}" WHERE {where}')  # noqa: S608
+    return value
+
+
+@dataclass(frozen=True)
+class Person:
+    user_id: str
+    canary: str  # in every text the user writes
+    memory_canary: str  # only in the memory profile the user writes
+
+
+def person(name: str) -> Person:
+    tag = uuid.uuid4().hex[:10]
+    return Person(f"{name}-{tag}", f"cnry{tag}x", f"mcnry{tag}x")
+
+
+def profile_of(who: Person) -> str:
+    return f"""# User Memory
+
+## Identity
+- Goes by {who.canary}.
+
+## Communication Preferences
+- Likes {who.memory_canary}.
+
+## Work Context
+
+## Skills & Expertise
+
+## Recent Topics
+
+## Open Questions / Follow-ups
+"""
+
+
+async def seed(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, who: Person, *, admin: bool
+) -> None:
+    """Everything the user can leave: a company flag and a space changed (as operator and space
+    admin, with `admin`), the stored setting, a profile, two keyed turns with the canary in the
+    chat id, space id, model name, key and messages, an explicit consolidation, and a job that
+    the worker ran (the others stay queued)."""
+    me = auth(who.user_id, COMPANY)
+    if admin:
+        operator = auth(who.user_id, COMPANY, OPERATOR)
+        flag = f"/v1/companies/{COMPANY}/feature-flags/{FLAG_CONTEXT_MEMORY}"
+        response = await client.put(flag, json={"enabled": True}, headers=operator)
+        assert response.status_code == 200, response.text
+        space_admin = auth(who.user_id, COMPANY, SPACE_ADMIN)
+        response = await client.patch(
+            "/v1/spaces/space-admin", json={"context_memory": True}, headers=space_admin
+        )
+        assert response.status_code == 200, response.text
+    await patch_user_settings(client, auth, {"context_memory": False}, who.user_id, expect=200)
+    await patch_user_settings(client, auth, {"context_memory": True}, who.user_id, expect=200)
+    response = await client.put(
+        "/v1/me/memory", json={"content": profile_of(who)}, headers=me | {"If-None-Match": "*"}
+    )
+    assert response.status_code == 201, response.text
+    for n in (1, 2):
+        body = {
+            "space_id": f"space-{who.canary}",
+            "messages": [{"role": "user", "content": f"I work at {who.canary} Labs ({n})."}],
+            "response": {"role": "assistant", "content": f"Noted, {who.canary}."},
+            "language_model": f"model-{who.canary}",
+        }
+        response = await client.post(
+            f"/v1/chats/chat-{who.canary}/turns",
+            json=body,
+            headers=me | {"Idempotency-Key": f"key-{who.canary}-{n}"},
+        )
+        assert response.status_code == 202, response.text
+    response = await client.post(
+        "/v1/me/memory/consolidations",
+        json={
+            "space_id": f"space-{who.canary}",
+            "user": f"Remind me about {who.canary}.",
+            "assistant": "Will do.",
+        },
+        headers=me,
+    )
+    assert response.status_code == 202, response.text
+    handler, metrics, _ = make_handler(app)
+    assert await make_worker(app, handler, metrics).run_once() is not None
+
+
+async def footprint(app: FastAPI, tables: list[Table], who: Person) -> dict[str, tuple[int, int]]:
+    """Per table: rows naming the user anywhere, rows holding the user's canary."""
+    return {
+        table.name: (
+            await count(app, table, table.naming(who.user_id)),
+            await count(app, table, table.naming(who.canary)),
+        )
+        for table in tables
+    }
+
+
+async def left_over(
+    app: FastAPI, tables: list[Table], who: Person, kept: dict[str, str]
+) -> dict[str, dict[str, int]]:
+    """Per table, the rows of the user the operation does not promise to keep: by user column,
+    by the user's id anywhere in the row, by canary; and rows holding the memory-only canary."""
+    found: dict[str, dict[str, int]] = {}
+    for table in tables:
+        allowed = kept.get(table.name, "false")
+        checks = {
+            "by user column": (
+                await count(app, table, f"({table.owned_by(who.user_id)}) AND NOT ({allowed})")
+                if table.user_columns
+                else 0
+            ),
+            "naming the user": await count(
+                app, table, f"{table.naming(who.user_id)} AND NOT ({allowed})"
+            ),
+            "holding the canary": await count(
+                app, table, f"{table.naming(who.canary)} AND NOT ({allowed})"
+            ),
+            "holding the memory canary": await count(app, table, table.naming(who.memory_canary)),
+        }
+        if any(checks.values()):
+            found[table.name] = {check: n for check, n in checks.items() if n}
+    return found
+
+
+@pytest.fixture
+async def schema(app: FastAPI) -> list[Table]:
+    tables = await discover(app)
+    with_user_columns = {table.name for table in tables if table.user_columns}
+    # the discovery sees what the schema has today (and more, later)
+    assert {table.name for table in tables} >= SEEDED_TABLES
+    assert with_user_columns >= {"turns", "jobs", "memory_versions", "audit_events", "folder_acl"}
+    return tables
+
+
+async def seeded_pair(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, tables: list[Table]
+) -> tuple[Person, Person, dict[str, tuple[int, int]]]:
+    """The subject (with admin actions) and a bystander in the same company, both seeded; the
+    bystander's footprint before anything happens."""
+    subject, bystander = person("subject"), person("bystander")
+    await seed(app, client, auth, subject, admin=True)
+    await seed(app, client, auth, bystander, admin=False)
+    before = await footprint(app, tables, subject)
+    assert {name for name, (named, _) in before.items() if named} >= SEEDED_TABLES
+    assert {name for name, (_, canaries) in before.items() if canaries} >= CANARY_TABLES
+    assert await left_over(app, tables, subject, {}) != {}  # the seed is visible to the proof
+    return subject, bystander, await footprint(app, tables, bystander)
+
+
+async def test_after_an_erasure_only_the_erasure_record_names_the_user(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, schema: list[Table]
+) -> None:
+    subject, bystander, bystander_before = await seeded_pair(app, client, auth, schema)
+
+    response = await client.delete("/v1/me", headers=auth(subject.user_id, COMPANY))
+    assert response.status_code == 200, response.text
+
+    assert await left_over(app, schema, subject, KEPT_BY_ERASURE) == {}
+    (record,) = await rows(
+        app,
+        "SELECT actor_id, target_kind, target_id, old, new FROM audit_events"
+        " WHERE position(:u IN actor_id || target_id) > 0",
+        u=subject.user_id,
+    )
+    assert (record.actor_id, record.target_kind, record.target_id) == (
+        subject.user_id,
+        "user",
+        subject.user_id,
+    )
+    assert record.new == response.json()
+    assert set(record.new) == {"deleted", "anonymised"}
+    assert all(isinstance(value, int) for part in record.new.values() for value in part.values())
+    assert await footprint(app, schema, bystander) == bystander_before
+    assert all(bystander_before[name][1] > 0 for name in CANARY_TABLES)
+
+
+async def test_after_an_opt_out_only_history_settings_and_audit_name_the_user(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, schema: list[Table]
+) -> None:
+    subject, bystander, bystander_before = await seeded_pair(app, client, auth, schema)
+
+    await patch_user_settings(client, auth, {"context_memory": False}, subject.user_id, expect=200)
+
+    assert await left_over(app, schema, subject, KEPT_BY_OPT_OUT) == {}
+    kept: dict[str, Any] = await footprint(app, schema, subject)
+    assert kept["chat_messages"][1] > 0  # the history stays, as the opt-out promises
+    assert await footprint(app, schema, bystander) == bystander_before
