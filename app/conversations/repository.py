@@ -272,6 +272,24 @@ async def delete_chat(session: AsyncSession, company_id: str, user_id: str, chat
     return bool(deleted)
 
 
+_CHAT_EXISTS = text("""
+SELECT EXISTS (
+    SELECT 1 FROM turns
+    WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id
+) OR EXISTS (
+    SELECT 1 FROM chat_messages
+    WHERE company_id = :company_id AND user_id = :user_id AND chat_id = :chat_id
+)
+""")
+
+
+async def chat_exists(session: AsyncSession, principal: Principal, chat_id: str) -> bool:
+    """Whether the caller has anything stored in the chat: a turn or a message (what
+    `delete_chat` would delete)."""
+    params = {"company_id": principal.company_id, "user_id": principal.user_id, "chat_id": chat_id}
+    return bool((await session.execute(_CHAT_EXISTS, params)).scalar_one())
+
+
 @dataclass(frozen=True)
 class HistoryDeletion:
     """What deleting a user's whole history removed (counts only)."""

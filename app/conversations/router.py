@@ -13,9 +13,17 @@ from app.pagination import Page, PageDep
 router = APIRouter(tags=["chats"])
 
 
+_UNKNOWN_CHAT = (
+    "A chat is yours from your first saved turn in it until you delete it (or retention "
+    "empties it); reading or deleting any other chat id is a 404, never an empty success."
+)
+
+
 @router.get(
     "/v1/chats/{chat_id}/messages",
     summary="The caller's stored messages of a chat, oldest first (cursor paginated)",
+    description=_UNKNOWN_CHAT,
+    responses={404: {"description": "The caller has no such chat"}},
 )
 async def list_chat_messages(
     chat_id: ChatIdPath, principal: PrincipalDep, session: SessionDep, page: PageDep
@@ -26,6 +34,7 @@ async def list_chat_messages(
 @router.delete(
     "/v1/chats/{chat_id}",
     summary="Delete the caller's stored history of a chat",
+    description=_UNKNOWN_CHAT,
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
     responses={404: {"description": "The caller has no such chat"}},

@@ -16,13 +16,16 @@ async def list_chat_messages(
 ) -> Page[StoredMessageOut]:
     """The caller's stored messages of the chat, oldest first, paged by id.
 
-    A chat without messages is an empty page, not a 404: a chat id names nothing until a turn
-    is saved in it, and the caller only ever sees their own messages.
+    An unknown chat is a 404, as for `delete_chat`: a chat is the caller's from their first
+    saved turn until they delete it (or retention empties it), so a mistyped id is not mistaken
+    for an empty chat, and a deleted chat reads as gone. Only an empty page costs the check.
     """
     after = page.key("id", int) or 0
     rows = await repository.list_messages(
         session, principal, chat_id, after_id=after, limit=page.limit + 1
     )
+    if not rows and not await repository.chat_exists(session, principal, chat_id):
+        raise NotFound("No such chat.")
     items = [
         StoredMessageOut(
             id=row.id,
@@ -38,7 +41,8 @@ async def list_chat_messages(
 
 
 async def delete_chat(session: AsyncSession, principal: Principal, chat_id: str) -> None:
-    """Delete the caller's messages and turns of the chat; 404 when the caller has none.
+    """Delete the caller's messages and turns of the chat; 404 when the caller has none (an
+    unknown chat, as for `list_chat_messages`).
 
     Consolidation jobs already queued for its turns stay queued; they find the turn gone.
     """

@@ -60,7 +60,7 @@ async def test_users_with_the_same_chat_id_never_meet(
     loaded = await context(client, auth, "same", [user("Q")], sub="bob")
     assert [m["content"] for m in loaded["messages"]] == ["Q"]
     other_company = await client.get("/v1/chats/same/messages", headers=auth("alice", "globex"))
-    assert other_company.json()["items"] == []
+    assert other_company.status_code == 404
 
 
 async def test_delete_chat_removes_only_the_callers_chat(
@@ -84,11 +84,25 @@ async def test_delete_chat_removes_only_the_callers_chat(
     assert [tuple(t) for t in turns] == [("alice", "kept"), ("bob", "doomed")]
 
 
-async def test_deleting_a_chat_that_never_existed_is_404(
+async def test_a_chat_that_never_existed_is_404_to_read_and_to_delete(
     client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    response = await client.delete("/v1/chats/never", headers=auth("alice"))
-    assert response.status_code == 404
+    read = await client.get("/v1/chats/never/messages", headers=auth("alice"))
+    deleted = await client.delete("/v1/chats/never", headers=auth("alice"))
+
+    assert read.status_code == deleted.status_code == 404
+    assert read.json()["detail"] == deleted.json()["detail"] == "No such chat."
+
+
+async def test_a_deleted_chat_reads_as_gone(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    await save_turn(client, auth, "gone", [user("Q")], "R", sub="alice")
+    before = await client.get("/v1/chats/gone/messages", headers=auth("alice"))
+    await client.delete("/v1/chats/gone", headers=auth("alice"))
+    after = await client.get("/v1/chats/gone/messages", headers=auth("alice"))
+
+    assert before.status_code == 200
+    assert len(before.json()["items"]) == 2
+    assert after.status_code == 404
 
 
 # --- bad input ------------------------------------------------------------------------------------
