@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -210,9 +210,23 @@ async def current_principal(
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
+ROLE_CHECKS: set[Callable[..., Any]] = set()
+"""Dependencies that may refuse the caller's role (403); the published contract says so for
+every route that depends on one."""
+
+_Dependency = TypeVar("_Dependency", bound=Callable[..., Any])
+
+
+def role_check(dependency: _Dependency) -> _Dependency:
+    """Register `dependency` as a role check (it raises `Forbidden`)."""
+    ROLE_CHECKS.add(dependency)
+    return dependency
+
+
 def require_role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
     """Dependency: the caller must hold `role` (403 otherwise)."""
 
+    @role_check
     async def dependency(principal: PrincipalDep) -> Principal:
         if not principal.has_role(role):
             raise Forbidden(f"This operation needs the {role} role.")

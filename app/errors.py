@@ -9,8 +9,10 @@ from typing import Any, ClassVar, NamedTuple
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import compile_path
 
 from app.db import is_database_unavailable
 from app.observability import current_request_id
@@ -179,6 +181,18 @@ def render_unexpected_error(
     )
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method of every route of the request's path: Starlette's 405 names only the
+    methods of the first route that matched the path (`GET` and `PATCH` are two routes)."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for context in iter_route_contexts(request.app.routes):
+        route_methods = getattr(context.original_route, "methods", None)
+        if context.path and route_methods and compile_path(context.path)[0].match(path):
+            methods |= set(route_methods)
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def domain_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, DomainError)
@@ -194,7 +208,7 @@ def install_error_handlers(app: FastAPI) -> None:
             errors=_validation_errors(exc),
         )
 
-    async def http_error(_: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         problem = _HTTP_PROBLEMS.get(
             exc.status_code, ProblemType(exc.status_code, "HTTP error", "http")
@@ -202,7 +216,10 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else problem.title
         if exc.status_code == 404:
             detail = "No such resource."
-        return problem_response(problem, detail, headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request)
+        return problem_response(problem, detail, headers=headers)
 
     app.add_exception_handler(DomainError, domain_error)
     app.add_exception_handler(RequestValidationError, validation_error)

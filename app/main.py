@@ -15,6 +15,7 @@ from app import auth, operations
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation.runner import BackgroundWorker
+from app.contract import install_contract
 from app.conversations import router as conversations_router
 from app.conversations.retention import chat_retention_steps
 from app.db import create_database, head_revision, run_migrations
@@ -28,7 +29,7 @@ from app.limits import BodySizeLimitMiddleware
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
 from app.tokens import TokenCounters
-from app.turns import explicit_router
+from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
 
@@ -100,6 +101,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.head_revision = head_revision()
 
     install_error_handlers(app)
+    install_contract(
+        app,
+        header_max_lengths={
+            idempotency.HEADER: idempotency.max_key_length(settings.idempotency_key_max_length)
+        },
+    )
 
     async def render_unexpected(exc: BaseException) -> Response:
         return render_unexpected_error(

@@ -15,6 +15,7 @@ from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.config import Settings
+from app.contract import NUL_FREE_PATTERN
 from app.conversations.modes import Message, MessageSource, Role
 from app.errors import Unprocessable
 
@@ -28,7 +29,9 @@ def _no_nul(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_no_nul)]
+Text = Annotated[
+    str, AfterValidator(_no_nul), Field(json_schema_extra={"pattern": NUL_FREE_PATTERN})
+]
 ChatIdPath = Annotated[
     str, Path(pattern=ID_PATTERN, description="The orchestrator's chat id (`[A-Za-z0-9._:-]`)")
 ]

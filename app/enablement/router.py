@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from app.auth import Principal, PrincipalDep, require_role
 from app.db import SessionDep
 from app.enablement import service
+from app.enablement.decision import KNOWN_FLAGS
 from app.enablement.schemas import (
     AuditEventOut,
     DecisionOut,
@@ -31,7 +32,13 @@ SpaceAdminDep = Annotated[Principal, Depends(require_role("space_admin"))]
 _ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 CompanyIdPath = Annotated[str, Path(min_length=1, max_length=128)]
 SpaceIdPath = Annotated[str, Path(pattern=_ID_PATTERN)]
-FlagPath = Annotated[str, Path(max_length=128)]
+# the service names the known flags in its 422; the schema lists them for clients and tools
+FlagPath = Annotated[
+    str,
+    Path(
+        max_length=128, json_schema_extra={"enum": list(KNOWN_FLAGS)}, description="The flag's name"
+    ),
+]
 SpaceIdQuery = Annotated[str, Query(pattern=_ID_PATTERN, description="The space of the turn")]
 
 

@@ -1,6 +1,7 @@
 """Request and response bodies of the settings, enablement and audit routes.
 
-Request bodies forbid unknown fields and take strict JSON types (`"true"` or `1` is not a bool).
+Request bodies forbid unknown fields and take strict JSON types (`"true"` or `1` is not a bool,
+`"859"` is not an integer; `859.0` is, as JSON Schema says).
 """
 
 from __future__ import annotations
@@ -9,17 +10,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     StrictInt,
-    StringConstraints,
     ValidationInfo,
     field_validator,
 )
 
+from app.contract import WHOLE_NUMBER
+from app.conversations.schemas import ModelName
 from app.enablement.audit import AuditRecord
 from app.enablement.decision import Decision, SwitchState
 from app.enablement.models import MAX_MAX_TOKENS, MIN_MAX_TOKENS
@@ -30,16 +31,10 @@ if TYPE_CHECKING:  # the service takes this module's request bodies; only types 
     from app.enablement.service import FeatureFlag, SpaceView
 
 
-def _printable(value: str) -> str:
-    if not value.isprintable() or value.strip() != value:
-        raise ValueError("must be printable, without leading or trailing whitespace")
-    return value
-
-
-LanguageModelName = Annotated[
-    str, StringConstraints(min_length=1, max_length=128), AfterValidator(_printable)
-]
-MaxTokens = Annotated[StrictInt, Field(ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
+# the name a turn may give (`ModelName`: 1..128 printable ASCII, no spaces), so a space never
+# stores a model name the turn API would refuse, and the schema states the whole rule
+LanguageModelName = ModelName
+MaxTokens = Annotated[StrictInt, Field(ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS), WHOLE_NUMBER]
 
 
 def _hide_null(schema: dict[str, Any], model: type[BaseModel]) -> None:

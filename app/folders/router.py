@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 
-from app.auth import Principal, PrincipalDep, require_operator_or_company_admin
+from app.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
 from app.db import SessionDep
 from app.folders import service
 from app.folders.schemas import FolderOut
@@ -16,6 +16,7 @@ router = APIRouter(tags=["folders"])  # full paths, no prefix: metrics label by 
 CompanyIdPath = Annotated[str, Path(min_length=1, max_length=128)]
 
 
+@role_check
 async def company_reader(principal: PrincipalDep, company_id: CompanyIdPath) -> Principal:
     """Operators, or a space admin of `company_id` (another company's space admin gets 404)."""
     require_operator_or_company_admin(principal, company_id, space_admin_may_read=True)

@@ -65,6 +65,18 @@ Responses = dict[int | str, dict[str, Any]]
 _NOT_FOUND: Responses = {
     404: {"description": "No memory profile (or not yours: there is no other)"}
 }
+# OpenAPI links: a written version can be read, diffed and restored by its number
+VERSION_LINKS: Responses = {
+    name: {
+        "operationRef": f"#/paths/~1v1~1me~1memory~1versions~1{{n}}{suffix}",
+        "parameters": {"n": "$response.body#/version"},
+    }
+    for name, suffix in (
+        ("Version", "/get"),
+        ("VersionDiff", "~1diff/get"),
+        ("RestoreVersion", "~1restore/post"),
+    )
+}
 _CONDITIONAL: Responses = {
     412: {"description": "The ETag is not the current version (re-read and retry)"},
     428: {"description": "A conditional header is required"},
@@ -96,7 +108,12 @@ async def get_memory(
     MEMORY_PATH,
     summary="Create (If-None-Match: *) or replace (If-Match) your memory profile",
     responses={
-        201: {"model": MemoryOut, "description": "Created the profile (its first version)"},
+        200: {"description": "Replaced the profile (a new version)", "links": VERSION_LINKS},
+        201: {
+            "model": MemoryOut,
+            "description": "Created the profile (its first version)",
+            "links": VERSION_LINKS,
+        },
         **_CONDITIONAL,
         409: {"description": "Context memory is turned off for you"},
         422: {"description": "Not a valid profile (see errors: body.content), or too large"},
@@ -177,6 +194,7 @@ async def diff_version(
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": MemoryOut, "description": "Version n already is the current content"},
+        201: {"description": "Restored as a new version", "links": VERSION_LINKS},
         **_NOT_FOUND,
         **_CONDITIONAL,
     },

@@ -12,6 +12,7 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
+from app.contract import NUL_FREE_PATTERN
 from app.enablement.audit import AuditRecord
 from app.pagination import Page
 from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
@@ -27,7 +28,10 @@ class MemoryIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    content: Annotated[StrictStr, Field(max_length=MAX_CONTENT_CHARS)]
+    content: Annotated[
+        StrictStr,
+        Field(max_length=MAX_CONTENT_CHARS, json_schema_extra={"pattern": NUL_FREE_PATTERN}),
+    ]
 
     @field_validator("content")
     @classmethod

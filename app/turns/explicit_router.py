@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -15,13 +15,25 @@ from app.turns.explicit import ConsolidationRequest, request_consolidation, wait
 
 router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
 
+JOB_LINKS: dict[str, Any] = {  # OpenAPI links: the job to poll
+    "Job": {
+        "operationRef": "#/paths/~1v1~1jobs~1{job_id}/get",
+        "parameters": {"job_id": "$response.body#/id"},
+    }
+}
+
 
 @router.post(
     "/v1/me/memory/consolidations",
     summary="Consolidate one exchange into your memory (queued; `wait=true` for the result)",
     status_code=status.HTTP_202_ACCEPTED,
     responses={
-        200: {"description": "Finished (with `wait=true`): succeeded or dead", "model": JobView},
+        200: {
+            "description": "Finished (with `wait=true`): succeeded or dead",
+            "model": JobView,
+            "links": JOB_LINKS,
+        },
+        202: {"description": "Queued (poll the job)", "links": JOB_LINKS},
         409: {"description": "Context memory is not enabled for you in this space"},
     },
 )

@@ -16,6 +16,14 @@ STORED_KEY_MAX_LENGTH = 255  # idempotency_keys.key is VARCHAR(255)
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
+KEY_PATTERN = "^[ -~]+$"  # printable ASCII, as the published schema says it
+
+
+def max_key_length(setting: int) -> int:
+    """The longest key accepted: the setting, capped at what the table stores."""
+    return min(setting, STORED_KEY_MAX_LENGTH)
+
+
 def check_key(raw: str | None, max_length: int) -> str | None:
     """The key as sent, or None when absent; 422 unless 1..`max_length` printable ASCII.
 
@@ -23,7 +31,7 @@ def check_key(raw: str | None, max_length: int) -> str | None:
     """
     if raw is None:
         return None
-    max_length = min(max_length, STORED_KEY_MAX_LENGTH)
+    max_length = max_key_length(max_length)
     if not 0 < len(raw) <= max_length or not all(" " <= ch <= "~" for ch in raw):
         raise Unprocessable.field(
             f"header.{HEADER}",

@@ -45,7 +45,11 @@ async def _idempotency_key(
         Header(
             alias=idempotency.HEADER,
             description="Replays the stored response of an identical earlier request "
-            "(scoped to the caller, kept at least 24 h)",
+            "(scoped to the caller, kept at least 24 h); 1 to 255 printable ASCII characters "
+            "(or fewer, as the service is configured)",
+            min_length=1,
+            max_length=idempotency.STORED_KEY_MAX_LENGTH,
+            pattern=idempotency.KEY_PATTERN,
         ),
     ] = None,
 ) -> str | None:
@@ -79,6 +83,26 @@ TokensDep = Annotated[TokenCounters, Depends(_tokens)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
 
+# OpenAPI links: what a saved turn lets the client call next
+CHAT_LINKS: dict[str, Any] = {
+    "ChatMessages": {
+        "operationRef": "#/paths/~1v1~1chats~1{chat_id}~1messages/get",
+        "parameters": {"chat_id": "$request.path.chat_id"},
+    },
+    "DeleteChat": {
+        "operationRef": "#/paths/~1v1~1chats~1{chat_id}/delete",
+        "parameters": {"chat_id": "$request.path.chat_id"},
+    },
+}
+QUEUED_TURN_LINKS: dict[str, Any] = {
+    **CHAT_LINKS,
+    "ConsolidationJob": {
+        "operationRef": "#/paths/~1v1~1jobs~1{job_id}/get",
+        "parameters": {"job_id": "$response.body#/consolidation/job_id"},
+    },
+}
+
+
 @router.post(
     "/v1/chats/{chat_id}/context",
     summary="Load and inject: the final message list for the model call",
@@ -104,8 +128,12 @@ async def load_context(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TurnSaved,
     responses={
-        201: {"model": TurnSaved, "description": "Saved; consolidation skipped (see reason)"},
-        202: {"description": "Saved; consolidation queued"},
+        201: {
+            "model": TurnSaved,
+            "description": "Saved; consolidation skipped (see reason)",
+            "links": CHAT_LINKS,
+        },
+        202: {"description": "Saved; consolidation queued", "links": QUEUED_TURN_LINKS},
         409: {"description": "A request with this Idempotency-Key is in flight"},
     },
 )

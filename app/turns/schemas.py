@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.conversations.modes import HistoryMode, MessageSource, Role
 from app.conversations.schemas import MessageIn, MessageOut, ModelName, ResponseIn, SpaceId, Text
@@ -24,7 +24,7 @@ class ContextRequest(BaseModel):
         default=None, description="Messages the caller's template put in a history placeholder"
     )
     messages: list[MessageIn] = Field(min_length=1, description="The current input")
-    debug: bool = False
+    debug: StrictBool = False  # JSON true/false only, as the schema says (not 0 or 1)
 
 
 class ConditionOut(BaseModel):
