@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt openapi migrate token bench clean
+.PHONY: run test test-long lint fmt openapi migrate token bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
+
+# The soak variants of the fault tests (marker `long`), about a minute each.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

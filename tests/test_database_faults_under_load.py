@@ -460,3 +460,33 @@ async def test_turn_saves_while_the_services_connections_are_terminated_lose_and
     await assert_each_ack_saved_once(served, load)
     await assert_consolidated_within(served, load.users, RECOVERY_SECONDS)
     assert (await _readiness(served.http)).status_code == 200
+
+
+LONG_CYCLES = 8
+
+
+@pytest.mark.slow
+@pytest.mark.long
+async def test_turn_saves_through_repeated_restarts_and_cuts_lose_and_duplicate_nothing(
+    served: Served,
+) -> None:
+    """The two faults above, over and over under one load (`make test-long`, about a minute):
+    outages of one to three seconds, each followed by a volley of terminated connections."""
+    load = TurnLoad(served, await _enabled_users(served))
+    async with load.running():
+        for cycle in range(LONG_CYCLES):
+            await load.acked(len(load.acks) + 2 * CLIENTS)
+            await served.pg.crash()
+            await asyncio.sleep(1 + cycle % 3)  # clients meet the outage meanwhile
+            await served.pg.start_again()
+            await _ready_within(served.http, RECOVERY_SECONDS)
+            await load.acked(len(load.acks) + 2 * CLIENTS)
+            for _ in range(5):
+                await served.pg.terminate_backends(APPLICATION_NAME)
+                await asyncio.sleep(0.2)
+
+    assert load.unavailable_since(0.0) >= LONG_CYCLES
+    assert_only_well_formed_unavailability(served, load.answers)
+    await assert_each_ack_saved_once(served, load)
+    await assert_consolidated_within(served, load.users, RECOVERY_SECONDS)
+    assert (await _readiness(served.http)).status_code == 200

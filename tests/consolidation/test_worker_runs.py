@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from app.config import PROJECT_ROOT
 from app.llm import OpenAIChatModel
 from app.profiles.document import parse
-from tests.helpers.apps import TEST_JWT_SECRET, USER, AuthFactory, app_with, client_of
+from tests.helpers.apps import USER, AuthFactory, app_with, client_of
 from tests.helpers.db import rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, delay, reply
@@ -29,13 +29,23 @@ from tests.helpers.memory import head_content, versions
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
-from tests.helpers.worker import make_handler, make_worker, wait_for
+from tests.helpers.worker import (
+    add_bullet_answer,
+    make_handler,
+    make_worker,
+    start_worker_process,
+    wait_for,
+    worker_process_env,
+)
 
 SKILLS = [
     "Python", "Rust", "Go", "Kotlin", "Scala", "Haskell", "Elixir", "Julia", "Terraform", "Ansible",
     "Kafka", "Spark", "Airflow", "dbt", "Snowflake", "BigQuery", "Redis", "Kubernetes", "Docker",
     "PostgreSQL",
 ]  # fmt: skip
+
+
+ADD_WORKS_AT_ACME = add_bullet_answer("Identity", "Works at Acme.")
 
 
 async def pending_jobs(app: FastAPI) -> int:
@@ -123,26 +133,6 @@ async def test_serve_runs_the_worker_in_process_when_enabled(
     assert (tmp_path / "worker.heartbeat").exists()
 
 
-def _cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "TEST_DATABASE_URL"}
-    }
-    env.update(
-        {
-            "ENVIRONMENT": "test",
-            "JWT_SECRET": TEST_JWT_SECRET,
-            "LLM_PROVIDER": "rules",
-            "WORKER_HEARTBEAT_FILE": str(tmp_path / "worker.heartbeat"),
-            "WORKER_POLL_SECONDS": "0.1",
-            "JOB_LEASE_SECONDS": "5",
-        }
-    )
-    env.update(extra)
-    return env
-
-
 def _check(env: dict[str, str]) -> int:
     result = subprocess.run(
         [sys.executable, "-m", "app", "worker", "--check"],
@@ -156,7 +146,7 @@ def _check(env: dict[str, str]) -> int:
 
 
 def test_worker_check_reads_the_heartbeat_file_age(tmp_path: Path) -> None:
-    env = _cli_env(tmp_path)
+    env = worker_process_env(tmp_path)
     heartbeat = tmp_path / "worker.heartbeat"
     assert _check(env) == 1  # never touched
 
@@ -168,37 +158,51 @@ def test_worker_check_reads_the_heartbeat_file_age(tmp_path: Path) -> None:
     assert _check(env) == 1
 
 
-async def test_python_m_app_worker_consolidates_and_stops_gracefully_on_sigterm(
-    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str, tmp_path: Path
+async def test_python_m_app_worker_finishes_the_job_in_hand_and_claims_no_more_on_sigterm(  # noqa: PLR0917
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    database_url: str,
+    tmp_path: Path,
+    llm_stub: StubLLMServer,
 ) -> None:
+    """SIGTERM while the worker waits for the model: the job in hand finishes within the
+    shutdown grace on its one attempt, the next waiting job is not claimed, the process exits 0.
+    (Past the grace the job is released instead: tests/consolidation/test_worker_faults.py.)"""
     await enable_company(client, auth)
     job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
-    env = _cli_env(tmp_path, DATABASE_URL=database_url)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app",
-        "worker",
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+    waiting = await queue_turn(client, auth, "I work as a designer at Globex", user="bob")
+    llm_stub.script(delay(3, then=reply("UPDATE")), reply(ADD_WORKS_AT_ACME))
+    env = worker_process_env(
+        tmp_path,
+        DATABASE_URL=database_url,
+        LLM_PROVIDER="openai",
+        OPENAI_BASE_URL=llm_stub.base_url,
+        WORKER_CONCURRENCY="1",
     )
+    log = tmp_path / "worker.log"
+    process = await start_worker_process(env, log)
     try:
 
-        async def finished() -> bool:
-            return str((await job_row(app, job_id)).status) == "succeeded"
+        async def mid_call() -> bool:
+            return len(llm_stub.requests) == 1
 
-        await wait_for(finished, seconds=60)
-        assert (tmp_path / "worker.heartbeat").exists()
-        assert _check(env) == 0
+        await wait_for(mid_call, seconds=60)
+        assert str((await job_row(app, job_id)).status) == "running"
+        process.send_signal(signal.SIGTERM)
+        assert _check(env) == 0  # alive while it finishes the job in hand
+        await asyncio.wait_for(process.wait(), timeout=30)
     finally:
         if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
-    assert process.returncode == 0, stderr.decode()[-2000:]
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, log.read_text()[-2000:]
+    job = await job_row(app, job_id)
+    assert (job.status, job.outcome, job.attempts, job.version) == ("succeeded", "updated", 1, 1)
     assert [v.version for v in await versions(app)] == [1]
     assert uuid.UUID(str((await versions(app))[0].job_id)) == job_id
+    untouched = await job_row(app, waiting)
+    assert (untouched.status, untouched.attempts) == ("queued", 0)
 
 
 @pytest.mark.slow
@@ -207,7 +211,7 @@ async def test_python_m_app_worker_starts_and_migrates_the_embedded_database_whe
 ) -> None:
     (PROJECT_ROOT / "var").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="emb-worker-") as data:
-        env = _cli_env(tmp_path, EMBEDDED_PG_DIR=str(Path(data) / "pg"))
+        env = worker_process_env(tmp_path, EMBEDDED_PG_DIR=str(Path(data) / "pg"))
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -245,13 +249,12 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_o
     out, another worker re-claims the job (attempt 2) and exactly one version is written."""
     await enable_company(client, auth)
     job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
-    add = '{"decision": "UPDATE", "operations": [{"op": "ADD", "section": "Identity", "text": "Works at Acme."}]}'  # noqa: E501
     llm_stub.script(
         delay(60, then=reply("UPDATE")),  # the first worker's gate call: it never returns
         reply("UPDATE"),
-        reply(add),
+        reply(ADD_WORKS_AT_ACME),
     )
-    env = _cli_env(
+    env = worker_process_env(
         tmp_path,
         DATABASE_URL=database_url,
         LLM_PROVIDER="openai",

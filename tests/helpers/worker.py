@@ -1,23 +1,28 @@
 """The consolidation worker in a test: its handler and worker built on the test app (with metrics
-of their own), and polling until something the worker does has happened."""
+of their own), `python -m app worker` as a process of its own, and polling until something the
+worker does has happened."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 
-from app.config import Settings
+from app.config import PROJECT_ROOT, Settings
 from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import make_consolidation_handler
 from app.jobs.worker import JobHandler, Worker, WorkerConfig
 from app.llm import ChatModel
 from app.observability import Metrics
-from tests.helpers.apps import make_settings
+from tests.helpers.apps import TEST_JWT_SECRET, make_settings
 from tests.helpers.db import database_of
 
 
@@ -64,3 +69,56 @@ async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 30
             return
         await asyncio.sleep(0.05)
     pytest.fail("condition not met in time")
+
+
+def worker_process_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `python -m app worker` a test starts: the test's own without its
+    database URLs, the offline rules, a heartbeat file in `tmp_path`, fast polls and the
+    shortest lease (5 s); `extra` on top."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "TEST_DATABASE_URL"}
+    }
+    env.update(
+        {
+            "ENVIRONMENT": "test",
+            "JWT_SECRET": TEST_JWT_SECRET,
+            "LLM_PROVIDER": "rules",
+            "WORKER_HEARTBEAT_FILE": str(tmp_path / "worker.heartbeat"),
+            "WORKER_POLL_SECONDS": "0.1",
+            "JOB_LEASE_SECONDS": "5",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+async def start_worker_process(env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
+    """`python -m app worker` with `env`, its output (JSON log lines) written to `log`."""
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "app", "worker"),
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+
+def logged_jobs(log: Path) -> list[dict[str, Any]]:
+    """The `job finished` records a worker process wrote to `log` (job_id, outcome, ...)."""
+    records = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("msg") == "job finished":
+                records.append(record)
+    return records
+
+
+def add_bullet_answer(section: str, text: str) -> str:
+    """The model's answer to the `operations` call that adds one bullet to `section`."""
+    operation = {"op": "ADD", "section": section, "text": text}
+    return json.dumps({"decision": "UPDATE", "operations": [operation]})
