@@ -69,6 +69,11 @@ EXCLUSIONS: dict[tuple[str, str, str], tuple[list[str], str]] = {
         ["412"],
         "If-Match, when sent, must name the current version",
     ),
+    ("PATCH", "/v1/spaces/{space_id}", "positive_data_acceptance"): (
+        ["422"],
+        "context memory cannot be switched on while web search is on, unless the company "
+        "allows both: a rule across two fields, the stored settings and a company flag",
+    ),
     ("POST", "/v1/chats/{chat_id}/turns", "positive_data_acceptance"): (
         ["422"],
         "an Idempotency-Key already used with another body is refused (Stripe semantics); "
