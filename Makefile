@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-long lint fmt openapi migrate token bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e './client[langchain]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -26,7 +27,7 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app tests migrations bench
+	$(BIN)/mypy app tests migrations bench client
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,296 @@
+"""`MemoryClient`: every route of the service as a blocking method, with retries (the same calls
+as `AsyncMemoryClient`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+
+from context_memory_client import calls
+from context_memory_client.calls import Call
+from context_memory_client.core import (
+    RETRYABLE_TRANSPORT_ERRORS,
+    TERMINAL_JOB_STATUSES,
+    ClientCore,
+    TokenSource,
+)
+from context_memory_client.models import (
+    AuditEventOut,
+    ConsolidationRequest,
+    ContextRequest,
+    ContextResponse,
+    DecisionOut,
+    ErasureOut,
+    FeatureFlag,
+    FeatureFlagOut,
+    FeatureFlagsOut,
+    FolderOut,
+    Health,
+    JobStatus,
+    JobSummary,
+    JobView,
+    Me,
+    MemoryExportOut,
+    MemoryOut,
+    Page,
+    Readiness,
+    SpacePatch,
+    SpaceSettingsOut,
+    StoredMessageOut,
+    TurnRequest,
+    TurnSaved,
+    UserSettingsOut,
+    UserSettingsUpdateOut,
+    VersionDiffOut,
+    VersionOut,
+    VersionSummaryOut,
+)
+from context_memory_client.retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+class MemoryClient:
+    """A blocking client of the Context Memory Service.
+
+    `token` is the caller's bearer JWT (or a callable returning one, asked before every
+    attempt). Give `http_client` to share an `httpx.Client` (it is not closed here) or `transport`
+    for one this client builds. Use it as `with MemoryClient(...) as memory:` or call `close()`.
+    """
+
+    def __init__(  # noqa: PLR0913 - the settings are keyword-only past the token
+        self,
+        base_url: str,
+        token: TokenSource = None,
+        *,
+        timeout: float | httpx.Timeout = 10.0,
+        retry: RetryPolicy | None = None,
+        http_client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._core = ClientCore(base_url, token, retry or RetryPolicy())
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
+        self._timeout = timeout
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send `call`, retrying it by the retry policy when it is safe to repeat."""
+        attempt = 0
+        while True:
+            attempt += 1
+            request = self._core.request(call)
+            try:
+                response = self._http.request(
+                    request.method,
+                    request.url,
+                    params=request.params,
+                    headers=request.headers,
+                    json=request.json,
+                    timeout=self._timeout,
+                )
+            except RETRYABLE_TRANSPORT_ERRORS as exc:
+                time.sleep(self._core.transport_retry_delay(call, exc, attempt))
+                continue
+            delay = self._core.retry_delay(call, response, attempt)
+            if delay is None:
+                return self._core.result(call, response)
+            time.sleep(delay)
+
+    def _paginate(self, page: Callable[[str | None], Call[Page[T]]]) -> Iterator[T]:
+        cursor: str | None = None
+        while True:
+            current = self.send(page(cursor))
+            yield from current.items
+            if current.next_cursor is None:
+                return
+            cursor = current.next_cursor
+
+    # --- the orchestrator's two calls ------------------------------------------------------------
+
+    def load_context(self, chat_id: str, request: ContextRequest) -> ContextResponse:
+        """Before the model call: the final messages and the composed system prompt."""
+        return self.send(calls.load_context(chat_id, request))
+
+    def save_turn(
+        self, chat_id: str, request: TurnRequest, *, idempotency_key: str | None = None
+    ) -> TurnSaved:
+        """After the answer: save the exchange. Without `idempotency_key` one is generated; the
+        same key goes with every retry, so the turn is saved once."""
+        return self.send(calls.save_turn(chat_id, request, idempotency_key))
+
+    # --- the user --------------------------------------------------------------------------------
+
+    def get_me(self) -> Me:
+        return self.send(calls.get_me())
+
+    def erase_me(self) -> ErasureOut:
+        """Delete everything the service holds about the caller."""
+        return self.send(calls.erase_me())
+
+    def get_memory(self) -> MemoryOut:
+        """The current profile (`NotFound` when there is none)."""
+        memory = self.send(calls.get_memory())
+        assert memory is not None  # only a conditional read answers 304
+        return memory
+
+    def get_memory_if_changed(self, version: int) -> MemoryOut | None:
+        """The current profile, or None when it still is `version`."""
+        return self.send(calls.get_memory(if_none_match=version))
+
+    def create_memory(self, content: str) -> MemoryOut:
+        """Create the profile (`If-None-Match: *`; `PreconditionFailed` if one exists)."""
+        return self.send(calls.put_memory(content, if_match=None))
+
+    def replace_memory(self, content: str, *, if_match: int) -> MemoryOut:
+        """Replace the profile at version `if_match` (`PreconditionFailed` if it moved on)."""
+        return self.send(calls.put_memory(content, if_match=if_match))
+
+    def delete_memory(self, *, if_match: int | None = None) -> None:
+        """Clear the profile and its history."""
+        self.send(calls.delete_memory(if_match))
+
+    def list_versions(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[VersionSummaryOut]:
+        return self.send(calls.list_versions(limit, cursor))
+
+    def iter_versions(self, *, page_size: int | None = None) -> Iterator[VersionSummaryOut]:
+        """Every retained version, newest first, fetched a page at a time."""
+        return self._paginate(lambda cursor: calls.list_versions(page_size, cursor))
+
+    def get_version(self, n: int) -> VersionOut:
+        return self.send(calls.get_version(n))
+
+    def diff_version(self, n: int, *, against: int | None = None) -> VersionDiffOut:
+        """Unified diff of version `n` against `against` (default: the previous version)."""
+        return self.send(calls.diff_version(n, against))
+
+    def restore_version(self, n: int, *, if_match: int | None = None) -> MemoryOut:
+        return self.send(calls.restore_version(n, if_match))
+
+    def export_memory(self) -> MemoryExportOut:
+        return self.send(calls.export_memory())
+
+    def get_settings(self) -> UserSettingsOut:
+        return self.send(calls.get_settings())
+
+    def update_settings(self, *, context_memory: bool) -> UserSettingsUpdateOut:
+        """Switch context memory on or off for the caller; off deletes the memory for good."""
+        return self.send(calls.update_settings(context_memory))
+
+    def get_enablement(self, space_id: str) -> DecisionOut:
+        return self.send(calls.get_enablement(space_id))
+
+    def consolidate(
+        self, request: ConsolidationRequest, *, wait: bool = False, timeout: float | None = None
+    ) -> JobView:
+        """Consolidate one exchange now; with `wait` the answer is the finished job (or the
+        pending one when the server's `timeout` ran out)."""
+        return self.send(calls.consolidate(request, wait, timeout))
+
+    def get_job(self, job_id: str) -> JobView:
+        return self.send(calls.get_job(job_id))
+
+    def wait_for_job(
+        self, job_id: str, *, timeout: float = 30.0, poll_interval: float = 0.2
+    ) -> JobView:
+        """Poll the job until it succeeded or is dead; `TimeoutError` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get_job(job_id)
+            if job.status in TERMINAL_JOB_STATUSES:
+                return job
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} still {job.status} after {timeout}s")
+            time.sleep(poll_interval)
+
+    def list_messages(
+        self, chat_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[StoredMessageOut]:
+        return self.send(calls.list_messages(chat_id, limit, cursor))
+
+    def iter_messages(
+        self, chat_id: str, *, page_size: int | None = None
+    ) -> Iterator[StoredMessageOut]:
+        """Every stored message of the chat, a page at a time."""
+        return self._paginate(lambda cursor: calls.list_messages(chat_id, page_size, cursor))
+
+    def delete_chat(self, chat_id: str) -> None:
+        self.send(calls.delete_chat(chat_id))
+
+    # --- space admins and operators --------------------------------------------------------------
+
+    def get_space(self, space_id: str) -> SpaceSettingsOut:
+        return self.send(calls.get_space(space_id))
+
+    def update_space(self, space_id: str, patch: SpacePatch) -> SpaceSettingsOut:
+        return self.send(calls.update_space(space_id, patch))
+
+    def list_feature_flags(self, company_id: str) -> FeatureFlagsOut:
+        return self.send(calls.list_feature_flags(company_id))
+
+    def set_feature_flag(
+        self, company_id: str, flag: FeatureFlag, *, enabled: bool
+    ) -> FeatureFlagOut:
+        return self.send(calls.set_feature_flag(company_id, flag, enabled))
+
+    def list_audit_events(
+        self, company_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[AuditEventOut]:
+        return self.send(calls.list_audit_events(company_id, limit, cursor))
+
+    def iter_audit_events(
+        self, company_id: str, *, page_size: int | None = None
+    ) -> Iterator[AuditEventOut]:
+        return self._paginate(lambda cursor: calls.list_audit_events(company_id, page_size, cursor))
+
+    def list_company_jobs(
+        self,
+        company_id: str,
+        *,
+        status: JobStatus | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[JobSummary]:
+        return self.send(calls.list_company_jobs(company_id, status, limit, cursor))
+
+    def iter_company_jobs(
+        self, company_id: str, *, status: JobStatus | None = None, page_size: int | None = None
+    ) -> Iterator[JobSummary]:
+        return self._paginate(
+            lambda cursor: calls.list_company_jobs(company_id, status, page_size, cursor)
+        )
+
+    def retry_job(self, company_id: str, job_id: str) -> JobSummary:
+        """Send a dead job back to the queue."""
+        return self.send(calls.retry_job(company_id, job_id))
+
+    def get_user_memory_folder(self, company_id: str) -> FolderOut:
+        return self.send(calls.get_user_memory_folder(company_id))
+
+    # --- operations ------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        return self.send(calls.health())
+
+    def ready(self) -> Readiness:
+        return self.send(calls.ready())
