@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long lint fmt openapi migrate token bench clean
+.PHONY: run test test-long lint fmt openapi migrate token bench demo clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml client/pyproject.toml
 run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
 
+# Five scripted turns through examples/ against the service `make run` serves (CMS_URL), or one
+# it starts itself; prints the profile diff, the injected section and the version after each.
+demo: $(STAMP)
+	$(BIN)/python -m examples.demo
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
 
@@ -27,7 +32,7 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app tests migrations bench client
+	$(BIN)/mypy app tests migrations bench client examples
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,1 @@
+"""Runnable examples of an orchestrator using the Context Memory Service (`make demo`)."""
