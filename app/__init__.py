@@ -16,7 +16,9 @@ The packages depend one way, bottom to top; a module imports only from its own l
 7. `consolidation`: the job kinds it handles, the pipeline, its prompts and the offline engine.
 8. `turns`: the orchestrator's two calls (and explicit consolidation), composed from the above.
 9. `erasure`: `DELETE /v1/me`, which deletes what the packages below keep about the caller.
-10. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
+10. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
+    services below.
+11. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
 
 `tests/test_package_order.py` fails when a module imports upward; `python -m
 tests.test_package_order` prints the package graph it checks.
@@ -46,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("consolidation",),
     ("turns",),
     ("erasure",),
+    ("mcp_server",),
     ("main", "cli", "models", "__main__"),
 )
 """The order above, bottom first: each entry names the modules or packages of one layer."""

@@ -26,8 +26,10 @@ from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
 from app.limits import BodySizeLimitMiddleware
+from app.mcp_server.endpoint import McpEndpoint, mcp_route
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
+from app.profiles.versions import VersionPolicy
 from app.tokens import TokenCounters
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
@@ -67,8 +69,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 ),
             )
             worker.start()
-        _freeze_startup_objects()
-        yield
+        policy = VersionPolicy(app.state.tokens.stored, settings.memory_max_versions)
+        mcp: McpEndpoint = app.state.mcp
+        async with mcp.running(database, policy):
+            _freeze_startup_objects()
+            yield
     finally:
         if worker is not None:
             await worker.stop()
@@ -132,4 +137,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs_router.router)
     app.include_router(explicit_router.router)
     app.include_router(conversations_router.router)
+    app.state.mcp = McpEndpoint()
+    app.router.routes.append(mcp_route(app.state.mcp))
     return app

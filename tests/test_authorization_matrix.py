@@ -145,6 +145,17 @@ async def _flag(_: Context) -> Call:
     return Call(body={"enabled": True})
 
 
+async def _mcp_read_memory(_: Context) -> Call:
+    """One JSON-RPC message, as an MCP client sends it: the caller's profile, read by a tool."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "read_memory", "arguments": {}},
+    }
+    return Call(body=message, headers={"Accept": "application/json, text/event-stream"})
+
+
 def _not_found(status: int, _: Any) -> str | None:
     return None if status == 404 else f"status {status} for the owner's object, not 404"
 
@@ -208,6 +219,7 @@ PROBES: dict[Route, Probe] = {
     ("GET", "/v1/me/memory/export"): Probe(own=_statuses(200)),
     ("POST", "/v1/me/memory/consolidations"): Probe(_consolidation, _statuses(202, 409)),
     ("GET", "/v1/companies/{company_id}/jobs"): Probe(_page),
+    ("POST", "/mcp"): Probe(_mcp_read_memory, _statuses(200)),
 }
 
 SHOWS_OWN_DATA = frozenset(
@@ -216,6 +228,7 @@ SHOWS_OWN_DATA = frozenset(
         ("GET", "/v1/me/memory/export"),
         ("GET", "/v1/me/memory/versions/{n}"),
         ("GET", "/v1/chats/{chat_id}/messages"),
+        ("POST", "/mcp"),
     }
 )
 """Routes where a seeded user must see their own canary: the positive control that makes the

@@ -56,6 +56,7 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("POST", "/v1/me/memory/consolidations"): "user",
     ("GET", "/v1/companies/{company_id}/jobs"): "operator",
     ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): "operator",
+    ("POST", "/mcp"): "user",
 }
 
 SAMPLE_PATH_VALUES = {
