@@ -49,14 +49,29 @@ async def scratch_database_url(server_url: str) -> AsyncIterator[str]:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def backend_pids(server_url: str, database: str) -> frozenset[int]:
+    direct = make_url(server_url).set(drivername="postgresql")
+    conn = await asyncpg.connect(direct.render_as_string(hide_password=False))
+    try:
+        rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", database)
+    finally:
+        await conn.close()
+    return frozenset(int(row["pid"]) for row in rows)
+
+
 class ConnectionCounts:
     """Samples, while the requests run, the app's client connections to PgBouncer (sockets of
     this process to its port) and PostgreSQL's backends on the database (PgBouncer's side)."""
 
-    def __init__(self, bouncer: PgBouncer, server_url: str, database: str) -> None:
+    def __init__(
+        self, bouncer: PgBouncer, server_url: str, database: str, before: frozenset[int]
+    ) -> None:
+        """`before`: the database's backends from before PgBouncer started (e.g. the migrations'
+        connection, which can still be exiting), never counted as PgBouncer's."""
         self._port = make_url(bouncer.url).port
         self._server_url = server_url
         self._database = database
+        self._before = list(before)
         self.clients = 0
         self.servers = 0
 
@@ -66,7 +81,10 @@ class ConnectionCounts:
         try:
             while not done.is_set():
                 backends = await conn.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", self._database
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+                    " AND pid <> ALL($2::int[])",
+                    self._database,
+                    self._before,
                 )
                 self.servers = max(self.servers, int(backends))
                 self.clients = max(self.clients, self._client_sockets())
@@ -126,6 +144,7 @@ async def test_turns_memory_and_worker_share_a_small_transaction_pool_through_pg
     scratch_database_url: str, server_url: str, auth: AuthFactory, tmp_path: Path
 ) -> None:
     database = str(make_url(scratch_database_url).database)
+    before = await backend_pids(server_url, database)
     with running_pgbouncer(scratch_database_url, pool_size=SERVER_POOL) as bouncer:
         async with (
             app_with(
@@ -141,7 +160,7 @@ async def test_turns_memory_and_worker_share_a_small_transaction_pool_through_pg
             client_of(application) as client,
         ):
             await enable_company(client, auth)
-            counts = ConnectionCounts(bouncer, server_url, database)
+            counts = ConnectionCounts(bouncer, server_url, database, before)
             done = asyncio.Event()
             sampling = asyncio.create_task(counts.sample_until(done))
             try:
