@@ -181,7 +181,11 @@ async def test_turns_memory_and_worker_share_a_small_transaction_pool_through_pg
     # the app's connections really were multiplexed onto PgBouncer's few server connections
     seen = f"{bouncer.version}: {counts.clients} client, {counts.servers} server connections"
     assert counts.clients > SERVER_POOL * 2, seen
-    assert 0 < counts.servers <= SERVER_POOL, seen
+    # PostgreSQL's side, sampled: a server connection PgBouncer replaces (it closes one a client
+    # left inside a transaction) can still be exiting when its replacement starts, so one more
+    # backend than the pool may be seen for a moment; the clients still far outnumber them
+    assert 0 < counts.servers <= SERVER_POOL + 1, seen
+    assert counts.clients > counts.servers * 4, seen
     assert "prepared statement" not in log, log[-3000:]
 
 
