@@ -53,6 +53,11 @@ class MessageIn(BaseModel):
         return Message(self.role, self.content)
 
 
+def placeholder_messages(history: list[MessageIn] | None) -> list[Message] | None:
+    """A request's `placeholder_history` as messages; None when the caller sent none."""
+    return None if history is None else [m.to_message() for m in history]
+
+
 class ResponseIn(BaseModel):
     """The model's answer of the turn."""
 

@@ -28,7 +28,7 @@ from app.conversations.modes import (
     plan_history,
     select_history,
 )
-from app.conversations.schemas import check_message_limits
+from app.conversations.schemas import check_message_limits, placeholder_messages
 from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
@@ -80,8 +80,11 @@ class MemoryOutcome:
 
 @dataclass(frozen=True)
 class ResolvedContext:
-    """Every decision of one load: history plan, stored row, enablement, memory, history."""
+    """Every decision of one load: the request's messages and placeholder history as read, the
+    history plan, the stored row, enablement, memory and the history forwarded."""
 
+    messages: list[Message]
+    placeholder: list[Message] | None
     plan: HistoryPlan
     row: ContextRow
     decision: Decision
@@ -112,11 +115,7 @@ async def load_context(
         texts=[("system_prompt", request.system_prompt)],
     )
     messages = [m.to_message() for m in request.messages]
-    placeholder = (
-        None
-        if request.placeholder_history is None
-        else [m.to_message() for m in request.placeholder_history]
-    )
+    placeholder = placeholder_messages(request.placeholder_history)
     plan = plan_history(request.history_mode, messages, placeholder)
     async with database.driver.connection() as conn:
         row = await repository.select_context(
@@ -169,7 +168,9 @@ async def load_context(
         "debug": None,
     }
     if request.debug:
-        resolved = ResolvedContext(plan, row, decision, memory, history, history_tokens)
+        resolved = ResolvedContext(
+            messages, placeholder, plan, row, decision, memory, history, history_tokens
+        )
         document["debug"] = _debug(request, settings, resolved).model_dump(mode="json")
     return document
 
@@ -254,10 +255,8 @@ def _debug(request: ContextRequest, settings: Settings, resolved: ResolvedContex
     profile = row.profile
     would_save = messages_to_save(
         request.history_mode,
-        None
-        if request.placeholder_history is None
-        else [m.to_message() for m in request.placeholder_history],
-        [m.to_message() for m in request.messages],
+        resolved.placeholder,
+        resolved.messages,
         Message(Role.ASSISTANT, ""),  # the response is not known yet: a stand-in
     )
     return ContextDebug(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from app.consolidation.kinds import consolidation_payload
 from app.conversations.modes import SavedMessage, messages_to_save
+from app.conversations.schemas import placeholder_messages
 from app.enablement.decision import effective_enablement
 from app.enablement.repository import EnablementInputs, SpaceRecord
 from app.jobs.queue import JobPayload
@@ -37,14 +38,9 @@ def skip_reason(inputs: EnablementInputs) -> str | None:
 
 def plan_turn(request: TurnRequest, space: SpaceRecord, skipped_reason: str | None) -> TurnPlan:
     """The plan of a turn whose consolidation is skipped for `skipped_reason` (None: queued)."""
-    placeholder = (
-        None
-        if request.placeholder_history is None
-        else [m.to_message() for m in request.placeholder_history]
-    )
     saved = messages_to_save(
         request.history_mode,
-        placeholder,
+        placeholder_messages(request.placeholder_history),
         [m.to_message() for m in request.messages],
         request.response.to_message(),
     )
