@@ -126,7 +126,7 @@ def _worker(settings: Settings) -> int:
     gracefully on the way out)."""
     from app.observability import configure_logging  # noqa: PLC0415
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
     print(f"Context Memory worker  database: {where}", flush=True)
     asyncio.run(_run_worker(settings.model_copy(update={"worker_enabled": True})))
@@ -174,7 +174,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     from app.main import create_app  # noqa: PLC0415
     from app.observability import configure_logging  # noqa: PLC0415
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
     processes = f"  processes: {workers}" if workers > 1 else ""
     print(
@@ -270,7 +270,7 @@ def create_served_app() -> FastAPI:
     from app.observability import configure_logging  # noqa: PLC0415
 
     settings = get_settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     return create_app(settings)
 
 

@@ -18,6 +18,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 Environment = Literal["development", "test", "production"]
 LlmProvider = Literal["auto", "openai", "rules"]
 ConsolidationStrategy = Literal["operations", "rewrite"]
+LogFormat = Literal["auto", "json", "text"]
 
 
 class Settings(BaseSettings):
@@ -30,6 +31,13 @@ class Settings(BaseSettings):
     # --- runtime -----------------------------------------------------------------------------
     environment: Environment = "development"
     log_level: str = "INFO"  # contract: LOG_LEVEL
+    log_format: LogFormat = Field(
+        default="auto",
+        description=(
+            "`json`: one JSON object per line; `text`: short lines for a person at a terminal; "
+            "`auto`: text when stderr is a terminal, JSON otherwise."
+        ),
+    )
     api_workers: int = Field(
         default=1,
         ge=1,

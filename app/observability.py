@@ -47,9 +47,52 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(payload).decode()
 
 
-def configure_logging(level: str) -> None:
+class TextFormatter(logging.Formatter):
+    """Short lines for a person at a terminal: `10:17:27 GET /v1/me 200 3.5 ms`, or the time,
+    the level when it is not INFO, and the message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        clock = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
+        if record.name == access_logger.name and "status" in record.__dict__:
+            fields = record.__dict__
+            line = (
+                f"{clock} {fields.get('method')} {fields.get('path')} {fields.get('status')} "
+                f"{fields.get('duration_ms')} ms"
+            )
+        else:
+            level = "" if record.levelno == logging.INFO else f"{record.levelname} "
+            line = f"{clock} {level}{record.getMessage()}"
+        if record.exc_info and record.exc_info[0] is not None:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
+class _DropMessages(logging.Filter):
+    """Drops a library's start-up lines that say nothing a reader of the log needs."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+# Library chatter at INFO that is not worth a line: Alembic's per-run preamble (its "Running
+# upgrade" lines stay), uvicorn's "Waiting for application startup.", the MCP SDK's session
+# manager. The embedded PostgreSQL's own chatter goes to a file of its own (app.embedded_pg).
+_QUIET_MESSAGES: dict[str, tuple[str, ...]] = {
+    "alembic.runtime.migration": ("Context impl", "Will assume"),
+    "uvicorn.error": ("Waiting for application startup",),
+}
+_QUIET_LOGGERS = ("mcp.server.streamable_http_manager",)
+
+
+def configure_logging(level: str, log_format: str = "json") -> None:
+    """Logs on stderr: JSON lines, or short text lines (`auto`: text on a terminal)."""
+    text = log_format == "text" or (log_format == "auto" and sys.stderr.isatty())
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if text else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -58,6 +101,12 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    for name, prefixes in _QUIET_MESSAGES.items():
+        target = logging.getLogger(name)
+        target.filters[:] = [f for f in target.filters if not isinstance(f, _DropMessages)]
+        target.addFilter(_DropMessages(*prefixes))
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 class Metrics:

@@ -241,7 +241,12 @@ class Worker:
             except Exception:
                 logger.warning("maintenance step %s failed", step.__name__, exc_info=True)
             else:
-                logger.info("maintenance step %s touched %d row(s)", step.__name__, touched)
+                logger.log(
+                    logging.INFO if touched else logging.DEBUG,
+                    "maintenance step %s touched %d row(s)",
+                    step.__name__,
+                    touched,
+                )
 
     def _touch_heartbeat_file(self) -> None:
         if self.config.heartbeat_file is not None:
