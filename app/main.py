@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from app import auth, operations
+from app.api_tags import OPENAPI_TAGS
 from app.auth import TokenVerifier
 from app.config import Settings, get_settings, to_asyncpg_url
 from app.consolidation.runner import BackgroundWorker
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Context Memory Service",
         version="0.1.0",
         description=API_DESCRIPTION,
+        openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
     )
     metrics = Metrics()

@@ -7,10 +7,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from app.api_tags import OPERATIONS
 from app.db import Database, database_is_ready, is_database_unavailable
 from app.errors import ServiceUnavailable
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=[OPERATIONS])
 
 
 class Health(BaseModel):
@@ -24,7 +25,12 @@ class Readiness(BaseModel):
     expected_migration: str | None
 
 
-@router.get("/healthz", summary="The process is alive")
+@router.get(
+    "/healthz",
+    summary="The process is alive",
+    description="Called by a load balancer or a container orchestrator's liveness probe, every "
+    "few seconds: 200 as long as the process answers, whatever the database's state.",
+)
 async def healthz() -> Health:
     return Health(status="ok")
 
@@ -32,6 +38,9 @@ async def healthz() -> Health:
 @router.get(
     "/readyz",
     summary="The database is reachable and migrated to head",
+    description="Called by a readiness probe before traffic is sent to this process, and after "
+    "a deployment: 200 once the database answers and its schema is at the migration this "
+    "version expects; 503 (with `Retry-After`) otherwise.",
     responses={503: {"description": "Not ready"}},
 )
 async def readyz(request: Request) -> Readiness:
@@ -54,7 +63,14 @@ async def readyz(request: Request) -> Readiness:
     return Readiness(status="ready", database="ok", migration=revision, expected_migration=expected)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    description="Scraped by Prometheus: request latency by route template, 503s for an "
+    "unreachable database, the job queue, consolidation outcomes and model tokens, as counted "
+    "by the process that answers.",
+    response_class=Response,
+)
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
+from app.api_tags import ORCHESTRATOR
 from app.auth import PrincipalDep
 from app.conversations import service
 from app.conversations.schemas import ChatIdPath, StoredMessageOut
 from app.db import SessionDep
 from app.pagination import Page, PageDep
 
-router = APIRouter(tags=["chats"])
+router = APIRouter(tags=[ORCHESTRATOR])
 
 
 _UNKNOWN_CHAT = (
@@ -22,7 +23,8 @@ _UNKNOWN_CHAT = (
 @router.get(
     "/v1/chats/{chat_id}/messages",
     summary="The caller's stored messages of a chat, oldest first (cursor paginated)",
-    description=_UNKNOWN_CHAT,
+    description="Called by the orchestrator when it shows a conversation again (say, the "
+    "person reopens it), with the person's token. " + _UNKNOWN_CHAT,
     responses={404: {"description": "The caller has no such chat"}},
 )
 async def list_chat_messages(
@@ -34,7 +36,8 @@ async def list_chat_messages(
 @router.delete(
     "/v1/chats/{chat_id}",
     summary="Delete the caller's stored history of a chat",
-    description=_UNKNOWN_CHAT,
+    description="Called by the orchestrator when the person deletes the conversation, with "
+    "their token; the memory profile is not touched. " + _UNKNOWN_CHAT,
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
     responses={404: {"description": "The caller has no such chat"}},

@@ -33,7 +33,12 @@ Text = Annotated[
     str, AfterValidator(_no_nul), Field(json_schema_extra={"pattern": NUL_FREE_PATTERN})
 ]
 ChatIdPath = Annotated[
-    str, Path(pattern=ID_PATTERN, description="The orchestrator's chat id (`[A-Za-z0-9._:-]`)")
+    str,
+    Path(
+        pattern=ID_PATTERN,
+        description="The orchestrator's chat id (`[A-Za-z0-9._:-]`)",
+        openapi_examples={"chat": {"summary": "A chat of the orchestrator's", "value": "chat-1"}},
+    ),
 ]
 SpaceId = Annotated[str, Field(pattern=ID_PATTERN, description="The space the turn runs in")]
 ModelName = Annotated[

@@ -5,14 +5,15 @@ by `app.profiles.router`.)
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Body, Depends, Path, Query
 
+from app.api_tags import OPERATOR, SPACE_ADMIN, USER
 from app.auth import Principal, PrincipalDep, require_role
 from app.db import SessionDep
 from app.enablement import service
-from app.enablement.decision import KNOWN_FLAGS
+from app.enablement.decision import FLAG_CONTEXT_MEMORY, KNOWN_FLAGS
 from app.enablement.schemas import (
     AuditEventOut,
     DecisionOut,
@@ -24,29 +25,64 @@ from app.enablement.schemas import (
 )
 from app.pagination import Page, PageDep
 
-router = APIRouter(tags=["settings"])  # full paths, no prefix: metrics label by template
+router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
 OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 SpaceAdminDep = Annotated[Principal, Depends(require_role("space_admin"))]
 
 _ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-CompanyIdPath = Annotated[str, Path(min_length=1, max_length=128)]
-SpaceIdPath = Annotated[str, Path(pattern=_ID_PATTERN)]
+_SPACE_EXAMPLES: Final = {"space": {"summary": "A space of the company", "value": "space-1"}}
+CompanyIdPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        description="The company, as the tokens of its users name it (`company_id`)",
+        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
+    ),
+]
+SpaceIdPath = Annotated[str, Path(pattern=_ID_PATTERN, openapi_examples=_SPACE_EXAMPLES)]
 # the service names the known flags in its 422; the schema lists them for clients and tools
 FlagPath = Annotated[
     str,
     Path(
-        max_length=128, json_schema_extra={"enum": list(KNOWN_FLAGS)}, description="The flag's name"
+        max_length=128,
+        json_schema_extra={"enum": list(KNOWN_FLAGS)},
+        description="The flag's name",
+        openapi_examples={
+            "context_memory": {"summary": "Context memory itself", "value": FLAG_CONTEXT_MEMORY}
+        },
     ),
 ]
-SpaceIdQuery = Annotated[str, Query(pattern=_ID_PATTERN, description="The space of the turn")]
+SpaceIdQuery = Annotated[
+    str,
+    Query(
+        pattern=_ID_PATTERN, description="The space of the turn", openapi_examples=_SPACE_EXAMPLES
+    ),
+]
+
+# Request examples, as Swagger UI's "Try it out" sends them (`tests/test_openapi_examples.py`)
+FLAG_EXAMPLES: Final[dict[str, Any]] = {
+    "on": {"summary": "Switch it on for the company", "value": {"enabled": True}},
+}
+SPACE_EXAMPLES: Final[dict[str, Any]] = {
+    "memory_on": {"summary": "Context memory on in the space", "value": {"context_memory": True}},
+    "budget": {
+        "summary": "A larger memory budget",
+        "value": {"user_memory": {"max_tokens": 3000}},
+    },
+}
 
 
 # --- operator -----------------------------------------------------------------------------------
 
 
 @router.get(
-    "/v1/companies/{company_id}/feature-flags", summary="The company's context memory flags"
+    "/v1/companies/{company_id}/feature-flags",
+    tags=[OPERATOR],
+    summary="The company's context memory flags",
+    description="Called by an operator to see whether context memory is switched on for a "
+    "company, and whether it may run beside web search; a flag never set is off.",
 )
 async def list_feature_flags(
     company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
@@ -57,13 +93,16 @@ async def list_feature_flags(
 
 @router.put(
     "/v1/companies/{company_id}/feature-flags/{flag}",
+    tags=[OPERATOR],
     summary="Turn a company feature flag on or off (audited)",
+    description="Called by an operator when a company starts (or stops) using context memory: "
+    "the first step before any memory is kept for its users. The change is in the audit trail.",
     responses={422: {"description": "Unknown flag, or an invalid body"}},
 )
 async def set_feature_flag(
     company_id: CompanyIdPath,
     flag: FlagPath,
-    body: FeatureFlagIn,
+    body: Annotated[FeatureFlagIn, Body(openapi_examples=FLAG_EXAMPLES)],
     operator: OperatorDep,
     session: SessionDep,
 ) -> FeatureFlagOut:
@@ -73,7 +112,10 @@ async def set_feature_flag(
 
 @router.get(
     "/v1/companies/{company_id}/audit-events",
+    tags=[OPERATOR],
     summary="Who changed which setting, when, old -> new (newest first)",
+    description="Called by an operator (or an auditor through one) to answer who switched "
+    "memory on or off where: flags, space settings, users' switches and erasures.",
 )
 async def list_audit_events(
     company_id: CompanyIdPath, _operator: OperatorDep, page: PageDep, session: SessionDep
@@ -84,7 +126,14 @@ async def list_audit_events(
 # --- space admin (the space always belongs to the token's company) ------------------------------
 
 
-@router.get("/v1/spaces/{space_id}", summary="A space's context memory settings")
+@router.get(
+    "/v1/spaces/{space_id}",
+    tags=[SPACE_ADMIN],
+    summary="A space's context memory settings",
+    description="Called by a space admin of the token's company, from the space's settings "
+    "page: the stored and effective settings, the memory switch users see, and the company "
+    "conditions. A space never configured reads as the defaults.",
+)
 async def get_space(
     space_id: SpaceIdPath, admin: SpaceAdminDep, session: SessionDep
 ) -> SpaceSettingsOut:
@@ -93,11 +142,17 @@ async def get_space(
 
 @router.patch(
     "/v1/spaces/{space_id}",
+    tags=[SPACE_ADMIN],
     summary="Change a space's context memory settings (partial, audited)",
+    description="Called by a space admin of the token's company to switch context memory on or "
+    "off in a space, or to set its memory budget and model; fields left out keep their value.",
     responses={422: {"description": "Invalid value, or memory switched on behind web search"}},
 )
 async def patch_space(
-    space_id: SpaceIdPath, body: SpacePatch, admin: SpaceAdminDep, session: SessionDep
+    space_id: SpaceIdPath,
+    body: Annotated[SpacePatch, Body(openapi_examples=SPACE_EXAMPLES)],
+    admin: SpaceAdminDep,
+    session: SessionDep,
 ) -> SpaceSettingsOut:
     return SpaceSettingsOut.of(await service.update_space(session, admin, space_id, body))
 
@@ -107,7 +162,11 @@ async def patch_space(
 
 @router.get(
     "/v1/me/memory/enablement",
+    tags=[USER],
     summary="Whether context memory is active for you in a space, with every condition",
+    description="Called for the person, e.g. by a settings page or a chat UI showing a memory "
+    "indicator: whether memory is active for them in this space, and each company, space and "
+    "user condition behind the answer.",
 )
 async def get_my_enablement(
     space_id: SpaceIdQuery, principal: PrincipalDep, session: SessionDep

@@ -6,14 +6,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 
+from app.api_tags import SPACE_ADMIN
 from app.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
 from app.db import SessionDep
 from app.folders import service
 from app.folders.schemas import FolderOut
 
-router = APIRouter(tags=["folders"])  # full paths, no prefix: metrics label by template
+router = APIRouter(tags=[SPACE_ADMIN])  # full paths, no prefix: metrics label by template
 
-CompanyIdPath = Annotated[str, Path(min_length=1, max_length=128)]
+CompanyIdPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        description="The company, as the tokens of its users name it (`company_id`)",
+        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
+    ),
+]
 
 
 @role_check
@@ -26,6 +35,9 @@ async def company_reader(principal: PrincipalDep, company_id: CompanyIdPath) -> 
 @router.get(
     "/v1/companies/{company_id}/folders/user-memory",
     summary="The company's user-memory root folder and its ACL (never per-user folders)",
+    description="Called by a space admin of that company, or an operator of any, to check "
+    "where users' memory is kept and who may read it. Each user's own folder never shows: "
+    "only its owner reads it.",
     responses={404: {"description": "Not created yet, or not your company"}},
 )
 async def get_root_folder(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, status
 
+from app.api_tags import USER
 from app.auth import PrincipalDep
 from app.db import SessionDep
 from app.enablement import service as enablement
@@ -35,8 +36,8 @@ from app.profiles.versions import (
     parse_entity_tags,
 )
 
-router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
-settings_router = APIRouter(tags=["settings"])
+router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
+settings_router = APIRouter(tags=[USER])
 
 MAX_VERSION: Final = 2**31 - 1
 MEMORY_PATH: Final = "/v1/me/memory"
@@ -46,11 +47,46 @@ IfMatch = Annotated[
     Header(description='The ETag of the current version, e.g. `"3"` (required to change it)'),
 ]
 IfNoneMatch = Annotated[str | None, Header()]
-VersionPath = Annotated[int, Path(ge=1, le=MAX_VERSION, description="A version number")]
+CreateIfNoneMatch = Annotated[
+    str | None,
+    Header(
+        description="`*` to create the profile (only when there is none yet)",
+        openapi_examples={"create": {"summary": "Create the first version", "value": "*"}},
+    ),
+]
+VersionPath = Annotated[
+    int,
+    Path(
+        ge=1,
+        le=MAX_VERSION,
+        description="A version number",
+        openapi_examples={"first": {"summary": "The first version", "value": 1}},
+    ),
+]
 AgainstQuery = Annotated[
     int | None,
     Query(ge=0, le=MAX_VERSION, description="Diff from this version (0: empty; default: previous)"),
 ]
+
+
+# Request examples, as Swagger UI's "Try it out" sends them (`tests/test_openapi_examples.py`)
+MEMORY_EXAMPLES: Final[dict[str, Any]] = {
+    "profile": {
+        "summary": "A whole profile in the memory.md format (every section, in order)",
+        "value": {
+            "content": "# User Memory\n\n"
+            "## Identity\n- Name: Alice\n\n"
+            "## Communication Preferences\n- Prefers concise answers with examples\n\n"
+            "## Work Context\n- Credit risk analyst at Helvetia Bank\n\n"
+            "## Skills & Expertise\n_(empty)_\n\n"
+            "## Recent Topics\n_(empty)_\n\n"
+            "## Open Questions / Follow-ups\n_(empty)_\n"
+        },
+    },
+}
+SETTINGS_EXAMPLES: Final[dict[str, Any]] = {
+    "on": {"summary": "Turn context memory on", "value": {"context_memory": True}},
+}
 
 
 async def _version_policy(request: Request) -> VersionPolicy:
@@ -86,6 +122,8 @@ _CONDITIONAL: Responses = {
 @router.get(
     MEMORY_PATH,
     summary="Your memory profile (ETag = version)",
+    description="Called for the person, e.g. by a memory page or an assistant, to show what the "
+    "service knows about them; the ETag is the version to send in `If-Match` when editing it.",
     response_model=MemoryOut,
     responses={304: {"description": "Unchanged since the ETag in If-None-Match"}, **_NOT_FOUND},
 )
@@ -107,6 +145,9 @@ async def get_memory(
 @router.put(
     MEMORY_PATH,
     summary="Create (If-None-Match: *) or replace (If-Match) your memory profile",
+    description="Called for the person who edits their memory by hand (a memory page, an "
+    "assistant): a new version with the whole profile. `If-None-Match: *` creates the first "
+    'one; replacing needs `If-Match` with the current ETag (e.g. `"1"`), and no `If-None-Match`.',
     responses={
         200: {"description": "Replaced the profile (a new version)", "links": VERSION_LINKS},
         201: {
@@ -120,14 +161,14 @@ async def get_memory(
     },
 )
 async def put_memory(
-    body: MemoryIn,
+    body: Annotated[MemoryIn, Body(openapi_examples=MEMORY_EXAMPLES)],
     principal: PrincipalDep,
     *,
     session: SessionDep,
     response: Response,
     policy: VersionPolicyDep,
     if_match: IfMatch = None,
-    if_none_match: IfNoneMatch = None,
+    if_none_match: CreateIfNoneMatch = None,
 ) -> MemoryOut:
     outcome = await service.replace_memory(
         session,
@@ -146,6 +187,8 @@ async def put_memory(
 @router.delete(
     MEMORY_PATH,
     summary="Clear your memory profile and its history (your settings stay)",
+    description="Called for the person who wants their memory forgotten but memory left on: "
+    "the profile and every version go, the settings stay, and a later write starts afresh.",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={**_NOT_FOUND, 412: _CONDITIONAL[412]},
 )
@@ -159,6 +202,8 @@ async def delete_memory(
 @router.get(
     f"{MEMORY_PATH}/versions",
     summary="Your retained profile versions, newest first (no content)",
+    description="Called for the person, e.g. by a memory page's history view: why and when "
+    "each retained version was written, its size in tokens and its operation counts.",
     responses=_NOT_FOUND,
 )
 async def list_versions(
@@ -170,6 +215,8 @@ async def list_versions(
 @router.get(
     f"{MEMORY_PATH}/versions/{{n}}",
     summary="One version: content and the operations that produced it",
+    description="Called for the person who looks back at an earlier state of their memory, "
+    "before restoring it, say.",
     responses=_NOT_FOUND,
 )
 async def get_version(n: VersionPath, principal: PrincipalDep, session: SessionDep) -> VersionOut:
@@ -179,6 +226,8 @@ async def get_version(n: VersionPath, principal: PrincipalDep, session: SessionD
 @router.get(
     f"{MEMORY_PATH}/versions/{{n}}/diff",
     summary="Unified diff of version n against another (default: the previous one)",
+    description="Called for the person who wants to see what a consolidation or an edit "
+    "changed in their memory.",
     responses=_NOT_FOUND,
 )
 async def diff_version(
@@ -190,6 +239,8 @@ async def diff_version(
 @router.post(
     f"{MEMORY_PATH}/versions/{{n}}/restore",
     summary="Make version n's content the current profile again (a new version)",
+    description="Called for the person who undoes a change to their memory: version n's "
+    "content becomes the head, as a new version, conditional on `If-Match`.",
     response_model=MemoryOut,
     status_code=status.HTTP_201_CREATED,
     responses={
@@ -222,6 +273,9 @@ async def restore_version(
 @router.get(
     f"{MEMORY_PATH}/export",
     summary="Everything the service holds about you, as one JSON document",
+    description="Called for the person who asks for their data (a data-portability request): "
+    "the profile with its versions, the settings, the stored chats, the jobs and the changes "
+    "of their own setting, in one document.",
 )
 async def export_memory(principal: PrincipalDep, session: SessionDep) -> MemoryExportOut:
     return MemoryExportOut.of(await service.export_memory(session, principal))
@@ -230,7 +284,11 @@ async def export_memory(principal: PrincipalDep, session: SessionDep) -> MemoryE
 # --- the switch (`settings`): off deletes the memory ------------------------------------------
 
 
-@settings_router.get("/v1/me/settings", summary="Your context memory setting")
+@settings_router.get(
+    "/v1/me/settings",
+    summary="Your context memory setting",
+    description="Called by a settings page to show the person's context memory switch.",
+)
 async def get_my_settings(principal: PrincipalDep, session: SessionDep) -> UserSettingsOut:
     return UserSettingsOut(context_memory=await enablement.read_user_setting(session, principal))
 
@@ -238,9 +296,13 @@ async def get_my_settings(principal: PrincipalDep, session: SessionDep) -> UserS
 @settings_router.patch(
     "/v1/me/settings",
     summary="Turn your context memory on or off; off permanently deletes your memory",
+    description="Called when the person flips their context memory switch. Turning it off "
+    "deletes their profile, its versions and pending jobs at once, and says what went.",
 )
 async def patch_my_settings(
-    body: UserSettingsPatch, principal: PrincipalDep, session: SessionDep
+    body: Annotated[UserSettingsPatch, Body(openapi_examples=SETTINGS_EXAMPLES)],
+    principal: PrincipalDep,
+    session: SessionDep,
 ) -> UserSettingsUpdateOut:
     update = await switch.update_user_setting(session, principal, body.context_memory)
     return UserSettingsUpdateOut.of(update)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Body, Query, Request, Response, status
 
+from app.api_tags import USER
 from app.auth import PrincipalDep
 from app.config import Settings
 from app.db import Database
@@ -13,13 +14,26 @@ from app.jobs.schemas import JobView
 from app.tokens import TokenCounters
 from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job
 
-router = APIRouter(tags=["memory"])  # full paths, no prefix: metrics label by template
+router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
 
 JOB_LINKS: dict[str, Any] = {  # OpenAPI links: the job to poll
     "Job": {
         "operationRef": "#/paths/~1v1~1jobs~1{job_id}/get",
         "parameters": {"job_id": "$response.body#/id"},
     }
+}
+
+
+# Request example, as Swagger UI's "Try it out" sends it (`tests/test_openapi_examples.py`)
+CONSOLIDATION_EXAMPLES: Final[dict[str, Any]] = {
+    "exchange": {
+        "summary": "One exchange to remember",
+        "value": {
+            "space_id": "space-1",
+            "user": "I moved to Zurich last month and now commute by train.",
+            "assistant": "Thanks, I'll keep that in mind.",
+        },
+    },
 }
 
 
@@ -38,7 +52,7 @@ JOB_LINKS: dict[str, Any] = {  # OpenAPI links: the job to poll
     },
 )
 async def consolidate_exchange(
-    body: ConsolidationRequest,
+    body: Annotated[ConsolidationRequest, Body(openapi_examples=CONSOLIDATION_EXAMPLES)],
     principal: PrincipalDep,
     *,
     request: Request,
@@ -49,8 +63,10 @@ async def consolidate_exchange(
         Query(alias="timeout", gt=0, le=120, description="Seconds to wait with `wait=true`"),
     ] = 30.0,
 ) -> JobView:
-    """The exchange is committed and queued before waiting starts; a wait that times out
-    answers 202 with the job still pending (poll `GET /v1/jobs/{job_id}`)."""
+    """Called for the person (an assistant, a script, a test of the memory) who wants one
+    exchange consolidated now, outside a chat; it needs context memory active in the space.
+    The exchange is committed and queued before waiting starts; a wait that times out answers
+    202 with the job still pending (poll `GET /v1/jobs/{job_id}`)."""
     database: Database = request.app.state.database
     settings: Settings = request.app.state.settings
     tokens: TokenCounters = request.app.state.tokens

@@ -7,11 +7,12 @@ below document them as usual, and a fixed plan resolves them at request time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Final
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
+from app.api_tags import ORCHESTRATOR
 from app.auth import Principal, PrincipalDep, current_principal, principal_of
 from app.config import Settings
 from app.conversations.schemas import ChatIdPath
@@ -75,13 +76,51 @@ class TurnRoute(LeanRoute):
     }
 
 
-router = APIRouter(tags=["turns"], route_class=TurnRoute)
+router = APIRouter(tags=[ORCHESTRATOR], route_class=TurnRoute)
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 DatabaseDep = Annotated[Database, Depends(_database)]
 TokensDep = Annotated[TokenCounters, Depends(_tokens)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
+
+# Request examples, as Swagger UI's "Try it out" sends them: one chat turn of `alice` in
+# `space-1` (`tests/test_openapi_examples.py` sends each to the app)
+_FIRST_MESSAGE: Final = {
+    "role": "user",
+    "content": "I work as a credit risk analyst at Helvetia Bank.",
+}
+CONTEXT_EXAMPLES: Final[dict[str, Any]] = {
+    "first_turn": {
+        "summary": "The first turn of a chat",
+        "value": {
+            "space_id": "space-1",
+            "system_prompt": "You are a helpful assistant.",
+            "messages": [_FIRST_MESSAGE],
+        },
+    },
+    "decision_trace": {
+        "summary": "The same, with every decision the service takes (debug)",
+        "value": {
+            "space_id": "space-1",
+            "history_mode": "auto",
+            "system_prompt": "You are a helpful assistant.",
+            "messages": [_FIRST_MESSAGE],
+            "debug": True,
+        },
+    },
+}
+TURN_EXAMPLES: Final[dict[str, Any]] = {
+    "answered_turn": {
+        "summary": "The turn's input and the model's answer",
+        "value": {
+            "space_id": "space-1",
+            "messages": [_FIRST_MESSAGE],
+            "response": {"content": "Nice to meet you! How can I help with credit risk today?"},
+            "language_model": "gpt-4o-mini",
+        },
+    },
+}
 
 # OpenAPI links: what a saved turn lets the client call next
 CHAT_LINKS: dict[str, Any] = {
@@ -106,11 +145,16 @@ QUEUED_TURN_LINKS: dict[str, Any] = {
 @router.post(
     "/v1/chats/{chat_id}/context",
     summary="Load and inject: the final message list for the model call",
+    description="Called by the orchestrator before every model call, with the person's token: "
+    "it sends the turn's input and gets back the messages to send to the model, the memory "
+    'profile injected into the system prompt as "What I know about you" and the history the '
+    "memory mode loads. Memory off for the person or the space is no error: the answer says "
+    "why it was not injected; `debug: true` adds every decision taken.",
     response_model=ContextResponse,
 )
 async def load_context(
     chat_id: ChatIdPath,
-    body: ContextRequest,
+    body: Annotated[ContextRequest, Body(openapi_examples=CONTEXT_EXAMPLES)],
     principal: PrincipalDep,
     *,
     db: DatabaseDep,
@@ -125,6 +169,10 @@ async def load_context(
 @router.post(
     "/v1/chats/{chat_id}/turns",
     summary="Save a turn; queue its consolidation when context memory is active",
+    description="Called by the orchestrator once the model has answered, with the person's "
+    "token and the input it sent to `/context`: the exchange is stored as the memory mode "
+    "says, and a consolidation of the profile is queued (202) when context memory is active, "
+    "else 201 with the reason. An `Idempotency-Key` makes a retried call safe.",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TurnSaved,
     responses={
@@ -139,7 +187,7 @@ async def load_context(
 )
 async def save_turn(
     chat_id: ChatIdPath,
-    body: TurnRequest,
+    body: Annotated[TurnRequest, Body(openapi_examples=TURN_EXAMPLES)],
     principal: PrincipalDep,
     *,
     db: DatabaseDep,
