@@ -1,0 +1,206 @@
+"""docs/api.md works as written: every `bash` block runs, in order, as a real shell against the
+app served on a real port over a fresh database (what a fresh `make run` sees), and every
+request answers the status its `# → NNN` comment states. Every operation of `openapi.yaml`
+must have an example there, so a new route without documentation fails here.
+
+The blocks run with `TOKEN` set to a token the app itself mints for alice of acme (operator and
+space admin, like the one `make run` prints) in place of the doc's `TOKEN=...` line, and with
+`localhost:8000` / `127.0.0.1:8000` rewritten to the test server. Shell variables a block sets
+(`JOB`, `ETAG`, ...) carry over to the next blocks. `curl` is wrapped so that each call also
+reports its status on stderr, leaving its output, which the doc may pipe, untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import make_url
+
+from app.auth import Principal, issue_token
+from app.config import PROJECT_ROOT
+from app.db import run_migrations
+from app.main import create_app
+from tests.helpers.apps import make_settings
+from tests.helpers.db import admin_execute
+from tests.helpers.serving import served
+
+DOC = PROJECT_ROOT / "docs" / "api.md"
+OPENAPI = PROJECT_ROOT / "openapi.yaml"
+HTTP_METHODS = ("get", "put", "post", "patch", "delete")
+
+BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+EXPECTED_STATUS = re.compile(r"# → (\d{3})\b")
+ASSIGNED = re.compile(r"^([A-Z][A-Z0-9_]*)=", re.MULTILINE)
+DOC_HOSTS = re.compile(r"(?:http://)?(?:localhost|127\.0\.0\.1):8000")
+STATUS_LINE = re.compile(r"^CURL_HTTP_STATUS=(\d{3})$", re.MULTILINE)
+# every curl also writes its status to stderr (written last, so it wins over the doc's own -w)
+CURL_WRAPPER = (
+    "curl() { command curl \"$@\" --write-out '%{stderr}\\nCURL_HTTP_STATUS=%{http_code}\\n'; }\n"
+)
+BLOCK_TIMEOUT_SECONDS = 60
+
+
+def doc_blocks() -> list[str]:
+    return BLOCK.findall(DOC.read_text(encoding="utf-8"))
+
+
+def requests_of(block: str) -> list[str]:
+    """Each curl command of a block, from the line that calls curl to the line that ends with its
+    `# → NNN` (an argument may span lines); a curl with no status before the next is an error."""
+    requests: list[str] = []
+    current: list[str] | None = None
+    for line in block.splitlines():
+        if re.search(r"(^|[\s(])curl\s", line):
+            assert current is None, f"no `# → NNN` after this request: {' '.join(current)}"
+            current = []
+        if current is not None:
+            current.append(line)
+            if EXPECTED_STATUS.search(line):
+                requests.append("\n".join(current))
+                current = None
+    assert current is None, f"no `# → NNN` after this request: {' '.join(current)}"
+    return requests
+
+
+def documented_operations() -> set[tuple[str, str]]:
+    """(METHOD, URL path) of every curl in the doc; shell variables stay as written."""
+    found: set[tuple[str, str]] = set()
+    for block in doc_blocks():
+        for request in requests_of(block):
+            url = re.search(r"(?:localhost|127\.0\.0\.1):8000(/[^\s\"'?]*)", request)
+            assert url, f"a curl without a localhost:8000 URL in docs/api.md: {request}"
+            method = re.search(r"-X\s+([A-Z]+)", request)
+            found.add((method.group(1) if method else "GET", url.group(1)))
+    return found
+
+
+def openapi_operations() -> list[tuple[str, str]]:
+    spec = yaml.safe_load(OPENAPI.read_text(encoding="utf-8"))
+    return [
+        (method.upper(), path)
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in HTTP_METHODS
+    ]
+
+
+def template_pattern(path: str) -> re.Pattern[str]:
+    parts = re.split(r"\{[^}]+\}", path)
+    return re.compile("[^/]+".join(re.escape(part) for part in parts))
+
+
+def test_every_openapi_operation_has_an_example() -> None:
+    documented = documented_operations()
+    missing = [
+        f"{method} {path}"
+        for method, path in openapi_operations()
+        if not any(
+            method == doc_method and template_pattern(path).fullmatch(doc_path)
+            for doc_method, doc_path in documented
+        )
+    ]
+    assert len(documented) >= 30
+    assert missing == [], "operations of openapi.yaml without a curl example in docs/api.md"
+
+
+def test_every_request_states_its_status() -> None:
+    requests = [request for block in doc_blocks() for request in requests_of(block)]
+    assert len(requests) >= 40
+
+
+def shell_script(block: str, base_url: str, state: Path, variables: list[str]) -> str:
+    """The block as it runs: stop at the first failing command (pipes included), curl wrapped,
+    the variables of the blocks before it loaded from `state` and its own saved there after.
+    The doc's `TOKEN=...` placeholder is dropped: the environment carries the token."""
+    body = "\n".join(line for line in block.splitlines() if not line.startswith("TOKEN="))
+    body = DOC_HOSTS.sub(base_url, body)
+    names = " ".join(variables)
+    return (
+        f"set -eo pipefail\n{CURL_WRAPPER}source {state}\n{body}\n"
+        f"declare -p {names} > {state}.next 2>/dev/null || true\n"
+        f"mv {state}.next {state}\n"
+    )
+
+
+@dataclass
+class BlockRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def statuses(self) -> list[str]:
+        return STATUS_LINE.findall(self.stderr)
+
+
+async def run_block(script: str, env: dict[str, str], cwd: Path) -> BlockRun:
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        script,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), BLOCK_TIMEOUT_SECONDS)
+    assert process.returncode is not None
+    return BlockRun(process.returncode, stdout.decode(), stderr.decode())
+
+
+@pytest.fixture
+async def fresh_database_url(server_url: str) -> AsyncIterator[str]:
+    """A database of its own, migrated to head: the doc runs top to bottom on empty tables."""
+    name = f"cms_apidoc_{uuid.uuid4().hex[:10]}"
+    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        await asyncio.to_thread(run_migrations, url)
+        yield url
+    finally:
+        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_every_example_answers_its_stated_status(
+    fresh_database_url: str, tmp_path: Path
+) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    blocks = doc_blocks()
+    assert any(re.match(r"TOKEN=\.\.\.", line) for b in blocks for line in b.splitlines())
+    # what `make run` runs: the in-process worker and, with no model configured, the offline engine
+    settings = make_settings(
+        fresh_database_url,
+        worker_enabled=True,
+        llm_provider="rules",
+        worker_heartbeat_file=tmp_path / "worker.heartbeat",
+    )
+    token = issue_token(
+        settings, Principal("alice", "acme", frozenset({"operator", "space_admin"}))
+    )
+    state = tmp_path / "shell-state.sh"
+    state.write_text("")
+    variables: list[str] = []
+    async with served(create_app(settings)) as base_url:
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TOKEN": token}
+        for number, block in enumerate(blocks, start=1):
+            variables += [name for name in ASSIGNED.findall(block) if name not in variables]
+            script = shell_script(block, base_url, state, variables)
+            run = await run_block(script, env, PROJECT_ROOT)
+            expected = [EXPECTED_STATUS.findall(request)[-1] for request in requests_of(block)]
+            report = (
+                f"docs/api.md, bash block {number}:\n{block}\n"
+                f"expected statuses {expected}, got {run.statuses} (exit {run.returncode})\n"
+                f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
+            )
+            assert run.statuses == expected, report
+            assert run.returncode == 0, report
