@@ -4,7 +4,7 @@ The packages depend one way, bottom to top; a module imports only from its own l
 
 1. infrastructure: the top-level modules (config, errors, db, auth, tokens, llm, limits,
    pagination, observability, lean_routes, embedded_pg, operations, contract,
-   api_tags); they import no package.
+   api_tags, docs_pages); they import no package.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
    kinds and hand the worker their handlers and maintenance steps.
 3. `conversations`: chats, turns and messages, and the history modes.
@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "operations",
         "contract",
         "api_tags",
+        "docs_pages",
     ),
     ("jobs",),
     ("conversations",),

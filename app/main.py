@@ -20,6 +20,7 @@ from app.contract import install_contract
 from app.conversations import router as conversations_router
 from app.conversations.retention import chat_retention_steps
 from app.db import create_database, head_revision, run_migrations
+from app.docs_pages import install_docs_pages
 from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
 from app.erasure import router as erasure_router
@@ -100,6 +101,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=API_DESCRIPTION,
         openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
+        # FastAPI's own pages load Swagger UI and ReDoc from a CDN; these are served locally
+        docs_url=None,
+        redoc_url=None,
     )
     metrics = Metrics()
     app.state.settings = settings
@@ -141,4 +145,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(conversations_router.router)
     app.state.mcp = McpEndpoint()
     app.router.routes.append(mcp_route(app.state.mcp))
+    install_docs_pages(app)
     return app

@@ -1,0 +1,139 @@
+"""The API documentation pages, `/docs` (Swagger UI) and `/redoc` (ReDoc), served with their
+JavaScript, CSS and favicon from the pinned `fastapi-offline` package: the pages work on a
+machine with no internet access. The only importer of fastapi_offline.
+
+Nothing on either page names another host: the assets are this service's own URLs, ReDoc gets
+no web fonts, and Swagger UI's online validator badge is off. The asset URLs carry the
+package's version as a query string, so they are cached for a year and a new pinned version is
+a new URL. Swagger UI keeps the bearer token pasted into Authorize across page reloads
+(`persistAuthorization`, in the browser's local storage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any, Final
+
+import fastapi_offline
+from fastapi import FastAPI
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, Response
+
+DOCS_PATH: Final = "/docs"
+REDOC_PATH: Final = "/redoc"
+OAUTH2_REDIRECT_PATH: Final = "/docs/oauth2-redirect"
+ASSETS_PATH: Final = "/docs/assets"
+
+# The files fastapi-offline ships, by the name they are served under, with their media type.
+ASSET_TYPES: Final[Mapping[str, str]] = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "redoc.standalone.js": "text/javascript; charset=utf-8",
+    "favicon.png": "image/png",
+}
+
+ASSETS_VERSION: Final = metadata.version("fastapi-offline")
+ASSET_CACHE_CONTROL: Final = "public, max-age=31536000, immutable"
+
+SWAGGER_UI_PARAMETERS: Final[Mapping[str, Any]] = {
+    "persistAuthorization": True,  # the pasted token survives a reload
+    "tryItOutEnabled": True,  # every operation opens ready to send, with its example
+    "displayRequestDuration": True,
+    "filter": True,  # a search box over tags
+    "defaultModelsExpandDepth": 0,  # schemas listed, collapsed
+    "validatorUrl": None,  # no badge fetched from the online validator
+}
+
+
+def asset_directory() -> Path:
+    return Path(str(resources.files(fastapi_offline) / "static"))
+
+
+def install_docs_pages(app: FastAPI) -> None:
+    """Serve `/docs`, `/docs/oauth2-redirect`, `/redoc` and their assets on `app`, which must be
+    built with `docs_url=None, redoc_url=None` (FastAPI's own pages load from a CDN)."""
+    directory = asset_directory()
+    missing = [name for name in ASSET_TYPES if not (directory / name).is_file()]
+    if missing:
+        raise RuntimeError(f"fastapi-offline {ASSETS_VERSION} lacks {missing} in {directory}")
+    title, openapi_url = app.title, app.openapi_url or "/openapi.json"
+
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = _root_path(request)
+        return get_swagger_ui_html(
+            openapi_url=root + openapi_url,
+            title=f"{title} - Swagger UI",
+            swagger_js_url=asset_url("swagger-ui-bundle.js", root),
+            swagger_css_url=asset_url("swagger-ui.css", root),
+            swagger_favicon_url=asset_url("favicon.png", root),
+            oauth2_redirect_url=root + OAUTH2_REDIRECT_PATH,
+            swagger_ui_parameters=dict(SWAGGER_UI_PARAMETERS),
+        )
+
+    async def oauth2_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    async def redoc(request: Request) -> HTMLResponse:
+        root = _root_path(request)
+        return get_redoc_html(
+            openapi_url=root + openapi_url,
+            title=f"{title} - ReDoc",
+            redoc_js_url=asset_url("redoc.standalone.js", root),
+            redoc_favicon_url=asset_url("favicon.png", root),
+            with_google_fonts=False,
+        )
+
+    for path, endpoint in (
+        (DOCS_PATH, swagger_ui),
+        (OAUTH2_REDIRECT_PATH, oauth2_redirect),
+        (REDOC_PATH, redoc),
+    ):
+        app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
+    for name, media_type in ASSET_TYPES.items():
+        app.add_api_route(
+            f"{ASSETS_PATH}/{name}",
+            _asset_endpoint(directory / name, media_type),
+            methods=["GET"],
+            include_in_schema=False,
+        )
+
+
+def asset_url(name: str, root_path: str = "") -> str:
+    """The URL a page loads asset `name` from (versioned by the package's version)."""
+    return f"{root_path}{ASSETS_PATH}/{name}?v={ASSETS_VERSION}"
+
+
+def _root_path(request: Request) -> str:
+    """The prefix the service is mounted under behind a proxy (usually empty)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _asset_endpoint(path: Path, media_type: str) -> Callable[[Request], Awaitable[Response]]:
+    # The ETag names the package version and the file, so every replica answers the same one
+    # (FileResponse's own is built from the file's mtime, which differs between installs).
+    headers = {
+        "Cache-Control": ASSET_CACHE_CONTROL,
+        "ETag": f'"fastapi-offline-{ASSETS_VERSION}-{path.name}"',
+        "X-Content-Type-Options": "nosniff",
+    }
+
+    async def asset(request: Request) -> Response:
+        if headers["ETag"] in _entity_tags(request.headers.get("if-none-match")):
+            return Response(status_code=304, headers=headers)
+        return FileResponse(path, media_type=media_type, headers=headers)
+
+    return asset
+
+
+def _entity_tags(header: str | None) -> set[str]:
+    """The tags of an If-None-Match header, weak ones as their strong form."""
+    if not header:
+        return set()
+    return {tag.strip().removeprefix("W/") for tag in header.split(",")}
