@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long lint fmt openapi migrate token bench demo clean
+.PHONY: run test test-long lint fmt openapi migrate token bench demo eval clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 
+# The scripted corpus in eval/ replayed through the service, scored, with model calls and tokens
+# per turn (docs/eval.md): the offline engine by default; EVAL_ARGS="--engine stub" for the model
+# path against a local recording stub, "--engine endpoint" for OPENAI_BASE_URL / OPENAI_API_KEY.
+eval: $(STAMP)
+	$(BIN)/python -m eval $(EVAL_ARGS)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
 
@@ -32,7 +38,7 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app tests migrations bench client examples
+	$(BIN)/mypy app tests migrations bench client examples eval
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

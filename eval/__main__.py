@@ -1,0 +1,117 @@
+"""`python -m eval`: replay the corpus through the service and print the report.
+
+python -m eval                          # the offline engine (no model, no network)
+python -m eval --engine stub            # the model path, against a local recording stub
+OPENAI_BASE_URL=... OPENAI_API_KEY=... python -m eval --engine endpoint --model NAME
+python -m eval --engine stub --json var/eval.json --price-prompt 0.15 --price-completion 0.6
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from eval.corpus import DEFAULT_CORPUS, Corpus, CorpusError, load_corpus
+from eval.replay import ReplayError, project_path
+from eval.report import Prices, render
+from eval.run import ENGINES, RunOptions, run_eval
+
+DEFAULT_PRICE_PROMPT = 0.15
+DEFAULT_PRICE_COMPLETION = 0.60
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # Before the app is built: the MCP SDK configures the root logger at INFO unless it is set.
+    logging.basicConfig(level=logging.WARNING, format="eval: %(name)s %(levelname)s %(message)s")
+    try:
+        corpus = load_corpus(args.corpus)
+    except (CorpusError, OSError) as error:
+        print(f"eval: {error}", file=sys.stderr)
+        return 2
+    if args.users:
+        wanted = [name.strip() for name in args.users.split(",") if name.strip()]
+        unknown = set(wanted) - {user.id for user in corpus.users}
+        if unknown:
+            print(f"eval: no such users in the corpus: {sorted(unknown)}", file=sys.stderr)
+            return 2
+        corpus = Corpus(tuple(user for user in corpus.users if user.id in wanted))
+    prices = Prices(args.price_prompt, args.price_completion)
+    print(
+        f"eval: {len(corpus.users)} users, {corpus.turns} turns, engine {args.engine}",
+        file=sys.stderr,
+    )
+    try:
+        report, _ = asyncio.run(
+            run_eval(
+                corpus,
+                RunOptions(
+                    engine=args.engine,
+                    model=args.model,
+                    prices=prices,
+                    corpus_name=project_path(args.corpus),
+                    job_timeout=args.job_timeout,
+                ),
+                progress=lambda line: print(f"eval: {line}", file=sys.stderr),
+            )
+        )
+    except ReplayError as error:
+        print(f"eval: {error}", file=sys.stderr)
+        return 1
+    print(render(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+        print(f"\nJSON report: {args.json}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m eval", description=(__doc__ or "").split("\n\n", maxsplit=1)[0]
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=env.get("EVAL_ENGINE", "offline"),
+        help="offline: the rule engine; stub: a local recording model stub; endpoint: "
+        "OPENAI_BASE_URL / OPENAI_API_KEY through a recording proxy (default: offline)",
+    )
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--users", help="comma-separated corpus user ids (default: all)")
+    parser.add_argument(
+        "--model",
+        default=env.get("LLM_MODEL", "gpt-4o-mini"),
+        help="the space's consolidation model (default: LLM_MODEL or gpt-4o-mini)",
+    )
+    parser.add_argument(
+        "--price-prompt",
+        type=float,
+        default=float(env.get("EVAL_PRICE_PROMPT", DEFAULT_PRICE_PROMPT)),
+        help="price per million prompt tokens (EVAL_PRICE_PROMPT, default %(default)s)",
+    )
+    parser.add_argument(
+        "--price-completion",
+        type=float,
+        default=float(env.get("EVAL_PRICE_COMPLETION", DEFAULT_PRICE_COMPLETION)),
+        help="price per million completion tokens (EVAL_PRICE_COMPLETION, default %(default)s)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    parser.add_argument(
+        "--job-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for one consolidation (default %(default)s)",
+    )
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""One evaluation run: the engine's model endpoint (none, the stub, or a recording proxy to a
+real endpoint), the service on a scratch database, every corpus user replayed in turn, and the
+report built from the final profiles and the recorded model calls."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from app.config import PROJECT_ROOT, Settings
+from app.llm import DEFAULT_OPENAI_BASE_URL
+from eval.corpus import Corpus
+from eval.recorder import ModelRecorder
+from eval.replay import Service, UserRun, eval_settings, scratch_database, served, server_url
+from eval.report import Prices, RunReport, UserReport, cost_of
+from eval.scoring import combine, score_profile
+
+Engine = Literal["offline", "stub", "endpoint"]
+ENGINES: tuple[Engine, ...] = ("offline", "stub", "endpoint")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    engine: Engine
+    model: str
+    prices: Prices
+    corpus_name: str = ""
+    job_timeout: float = 300.0
+
+
+async def run_eval(
+    corpus: Corpus,
+    options: RunOptions,
+    *,
+    server: str | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[RunReport, ModelRecorder | None]:
+    """Replay `corpus` with `options.engine` on PostgreSQL `server` (default: see
+    `replay.server_url`); returns the report and the recorder (None offline), whose `calls` are
+    every model request the service made."""
+    embedded = None
+    if server is None:
+        admin_url, embedded = await asyncio.to_thread(server_url)
+    else:
+        admin_url = server
+    recorder = _recorder(options.engine)
+    model_settings: dict[str, Any] = {"llm_model": options.model, "llm_provider": "rules"}
+    try:
+        if recorder is not None:
+            await recorder.start()
+            model_settings.update(
+                llm_provider="openai",
+                openai_base_url=recorder.base_url,
+                openai_api_key=None,
+                azure_openai_endpoint=None,
+            )
+        async with scratch_database(admin_url) as url:
+            settings = eval_settings(url, **model_settings)
+            runs = await _replay_all(corpus, settings, recorder, options, progress)
+    finally:
+        if recorder is not None:
+            await recorder.stop()
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+    calls = [] if recorder is None else recorder.calls
+    users = []
+    for run in runs:
+        own = [call for call in calls if call.label == run.user.id]
+        users.append(
+            UserReport(
+                user=run.user.id,
+                turns=len(run.user.turns),
+                fact_turns=run.user.fact_turns,
+                versions_written=run.versions_written,
+                quality=score_profile(run.user.expect, run.profile),
+                cost=cost_of(len(run.user.turns), own, options.prices),
+                jobs=dict(run.jobs),
+                seconds=run.seconds,
+            )
+        )
+    total = UserReport(
+        user="all",
+        turns=corpus.turns,
+        fact_turns=sum(u.fact_turns for u in users),
+        versions_written=sum(u.versions_written for u in users),
+        quality=combine(u.quality for u in users),
+        cost=cost_of(corpus.turns, calls, options.prices),
+        jobs=_sum_jobs(u.jobs for u in users),
+        seconds=sum(u.seconds for u in users),
+    )
+    report = RunReport(
+        engine=options.engine,
+        model=options.model,
+        corpus=options.corpus_name,
+        commit=code_version(),
+        users=users,
+        total=total,
+        settings=_settings_summary(settings),
+    )
+    return report, recorder
+
+
+def _recorder(engine: Engine) -> ModelRecorder | None:
+    if engine == "offline":
+        return None
+    if engine == "stub":
+        return ModelRecorder()
+    upstream = os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
+    return ModelRecorder(upstream, os.environ.get("OPENAI_API_KEY"))
+
+
+async def _replay_all(
+    corpus: Corpus,
+    settings: Settings,
+    recorder: ModelRecorder | None,
+    options: RunOptions,
+    progress: Callable[[str], None],
+) -> list[UserRun]:
+    runs = []
+    async with served(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        service = Service(http, settings, options.job_timeout)
+        await service.enable(options.model)
+        for script in corpus.users:
+            if recorder is not None:
+                recorder.label = script.id
+            run = await service.replay(script)
+            progress(f"{script.id}: {len(script.turns)} turns in {run.seconds:.1f} s")
+            runs.append(run)
+    return runs
+
+
+def _sum_jobs(all_jobs: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for jobs in all_jobs:
+        for key, count in jobs.items():
+            total[key] = total.get(key, 0) + count
+    return total
+
+
+def _settings_summary(settings: Settings) -> dict[str, Any]:
+    """The consolidation knobs that change calls and tokens, as the service read them."""
+    names = ("consolidation_strategy", "consolidation_gate", "llm_gate_model")
+    return {name: getattr(settings, name) for name in names if hasattr(settings, name)}
+
+
+def code_version() -> str:
+    """The commit of the service under evaluation, `+changes` when app/ differs from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(  # noqa: S603 - git with fixed arguments
+            ["git", "-C", str(PROJECT_ROOT), *args],  # noqa: S607
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--", "app") else "")
