@@ -3,14 +3,19 @@ JavaScript, CSS and favicon from the pinned `fastapi-offline` package: the pages
 machine with no internet access. The only importer of fastapi_offline.
 
 Nothing on either page names another host: the assets are this service's own URLs, ReDoc gets
-no web fonts, and Swagger UI's online validator badge is off. The asset URLs carry the
-package's version as a query string, so they are cached for a year and a new pinned version is
-a new URL. Swagger UI keeps the bearer token pasted into Authorize across page reloads
-(`persistAuthorization`, in the browser's local storage).
+no web fonts, and Swagger UI's online validator badge is off. ReDoc's script still renders its
+vendor's logo from the vendor's CDN; the pages' Content-Security-Policy lets the browser load
+nothing from anywhere but the service, so that image is refused before any request is made
+(ReDoc then hides it). The asset URLs carry the package's version as a query string, so they
+are cached for a year and a new pinned version is a new URL. Swagger UI keeps the bearer token
+pasted into Authorize across page reloads (`persistAuthorization`, in local storage).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import metadata, resources
 from pathlib import Path
@@ -52,6 +57,36 @@ SWAGGER_UI_PARAMETERS: Final[Mapping[str, Any]] = {
 }
 
 
+# Only the service itself: scripts are its own files (and, on /docs, the one inline script that
+# starts Swagger UI, by its hash); styles may be inline (both UIs set them at run time); ReDoc's
+# search runs in a worker made from a blob.
+_CSP_COMMON: Final = (
+    "default-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data:",
+    "font-src 'self' data:",
+    "connect-src 'self'",
+    "worker-src 'self' blob:",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+)
+REDOC_CSP: Final = "; ".join(("script-src 'self'", *_CSP_COMMON))
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
+
+
+def swagger_ui_csp(html: str) -> str:
+    """The policy of a Swagger UI page: its own scripts, and its inline start-up script by hash."""
+    hashes = [_hash_source(script) for script in _INLINE_SCRIPT.findall(html)]
+    return "; ".join((" ".join(("script-src 'self'", *hashes)), *_CSP_COMMON))
+
+
+def _hash_source(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    return f"'sha256-{digest}'"
+
+
 def asset_directory() -> Path:
     return Path(str(resources.files(fastapi_offline) / "static"))
 
@@ -67,7 +102,7 @@ def install_docs_pages(app: FastAPI) -> None:
 
     async def swagger_ui(request: Request) -> HTMLResponse:
         root = _root_path(request)
-        return get_swagger_ui_html(
+        page = get_swagger_ui_html(
             openapi_url=root + openapi_url,
             title=f"{title} - Swagger UI",
             swagger_js_url=asset_url("swagger-ui-bundle.js", root),
@@ -76,19 +111,23 @@ def install_docs_pages(app: FastAPI) -> None:
             oauth2_redirect_url=root + OAUTH2_REDIRECT_PATH,
             swagger_ui_parameters=dict(SWAGGER_UI_PARAMETERS),
         )
+        page.headers["Content-Security-Policy"] = swagger_ui_csp(bytes(page.body).decode())
+        return page
 
     async def oauth2_redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
 
     async def redoc(request: Request) -> HTMLResponse:
         root = _root_path(request)
-        return get_redoc_html(
+        page = get_redoc_html(
             openapi_url=root + openapi_url,
             title=f"{title} - ReDoc",
             redoc_js_url=asset_url("redoc.standalone.js", root),
             redoc_favicon_url=asset_url("favicon.png", root),
             with_google_fonts=False,
         )
+        page.headers["Content-Security-Policy"] = REDOC_CSP
+        return page
 
     for path, endpoint in (
         (DOCS_PATH, swagger_ui),

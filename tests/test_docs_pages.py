@@ -5,6 +5,8 @@ with a summary and a description, and a bearer scheme that Authorize fills with 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -44,6 +46,12 @@ class _References(HTMLParser):
             self.scripts.append(data)
 
 
+def _policy(response: httpx.Response) -> dict[str, list[str]]:
+    """The page's Content-Security-Policy: directive -> sources."""
+    directives = [part.split() for part in response.headers["content-security-policy"].split(";")]
+    return {name: sources for name, *sources in directives}
+
+
 def _references(html: str) -> _References:
     parser = _References()
     parser.feed(html)
@@ -70,6 +78,33 @@ async def test_the_docs_pages_refer_only_to_the_service_itself(
         assert not url.startswith("//"), f"{page} loads {url}"
     # no absolute URL anywhere on the page, inline script included (fonts, CDNs, validator)
     assert not re.search(r"(?i)(?:https?:)?//[a-z0-9]", html), html
+
+
+@pytest.mark.parametrize("page", PAGES)
+async def test_the_browser_may_load_nothing_from_another_host(
+    client: httpx.AsyncClient, page: str
+) -> None:
+    """ReDoc's script renders its vendor's logo from a CDN: the policy refuses it unsent."""
+    response = await client.get(page)
+    policy = _policy(response)
+    keywords = {"'self'", "'none'", "'unsafe-inline'", "data:", "blob:"}
+
+    assert policy["default-src"] == ["'self'"]
+    assert policy["img-src"] == ["'self'", "data:"]
+    assert policy["connect-src"] == ["'self'"]
+    for name, sources in policy.items():
+        for source in sources:
+            assert source in keywords or source.startswith("'sha256-"), (page, name, source)
+
+
+async def test_swagger_ui_may_run_its_start_up_script_and_no_other(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/docs")
+    (script,) = _references(response.text).scripts
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+
+    assert _policy(response)["script-src"] == ["'self'", f"'sha256-{digest}'"]
 
 
 async def test_swagger_ui_keeps_the_token_and_asks_no_validator(client: httpx.AsyncClient) -> None:
