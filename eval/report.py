@@ -120,6 +120,7 @@ class RunReport:
     users: list[UserReport]
     total: UserReport
     settings: dict[str, Any] = field(default_factory=dict)
+    calls: list[ModelCall] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         def user(report: UserReport) -> dict[str, Any]:
@@ -152,6 +153,7 @@ class RunReport:
             "settings": self.settings,
             "users": [user(u) for u in self.users],
             "total": user(self.total),
+            "calls": [asdict(call) for call in self.calls],
         }
 
 
@@ -211,6 +213,8 @@ def render(report: RunReport) -> str:
         ],
     )  # fmt: skip
     total = report.total.cost
+    if report.engine == "offline":
+        lines += ["", "(the offline engine makes no model calls)"]
     if total.unread_prompts or total.failed_calls:
         lines += [
             "",

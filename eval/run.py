@@ -102,6 +102,7 @@ async def run_eval(
         users=users,
         total=total,
         settings=_settings_summary(settings),
+        calls=list(calls),
     )
     return report, recorder
 
