@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import socket
 import time
@@ -45,6 +46,7 @@ SYSTEM_PROMPT: Final = "You are a helpful assistant."
 FINISHED: Final = frozenset({"succeeded", "dead"})
 POLL_SECONDS: Final = 0.05
 EMBEDDED_DIR: Final = PROJECT_ROOT / "var" / "eval-pg"
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
 
 
 class ReplayError(RuntimeError):
@@ -233,6 +235,25 @@ class Service:
             run.versions_written = int(head["version"]) - first_version
         run.seconds = time.monotonic() - started
         return run
+
+    async def model_metrics(self) -> dict[str, float]:
+        """The service's own model accounting from `/metrics`: every `model_*` counter, summed
+        over its labels (`model_tokens_total{direction="in"}` is kept apart as `..._in`)."""
+        response = await self.http.get("/metrics")
+        response.raise_for_status()
+        totals: dict[str, float] = {}
+        for line in response.text.splitlines():
+            found = _SAMPLE.match(line)
+            if found is None or not found["name"].startswith("model_"):
+                continue
+            if found["name"].endswith("_created"):  # when the counter was created, not a count
+                continue
+            name = found["name"]
+            direction = re.search(r'direction="(\w+)"', found["labels"] or "")
+            if direction is not None:
+                name = f"{name}_{direction[1]}"
+            totals[name] = totals.get(name, 0.0) + float(found["value"])
+        return totals
 
     async def _finish(self, pending: list[str], auth: dict[str, str], run: UserRun) -> None:
         """Wait for every pending job; count how each ended."""

@@ -67,11 +67,7 @@ class Cost:
 
 
 def cost_of(turns: int, calls: Sequence[ModelCall], prices: Prices) -> Cost:
-    ratios = [
-        call.max_tokens / max(1, call.completion_tokens)
-        for call in calls
-        if call.max_tokens is not None and call.status == 200
-    ]
+    ratios = _ratios(calls)
     return Cost(
         turns=turns,
         calls=len(calls),
@@ -84,6 +80,24 @@ def cost_of(turns: int, calls: Sequence[ModelCall], prices: Prices) -> Cost:
         failed_calls=sum(c.status != 200 for c in calls),
         prices=prices,
     )
+
+
+def ratios_by_kind(calls: Sequence[ModelCall]) -> dict[str, tuple[float | None, float | None]]:
+    """The max_tokens ÷ completion ratio's p50 and p95 for each call kind that was made."""
+    found: dict[str, tuple[float | None, float | None]] = {}
+    for kind in CALL_KINDS:
+        ratios = _ratios([call for call in calls if call.kind == kind])
+        if ratios:
+            found[kind] = (percentile(ratios, 50), percentile(ratios, 95))
+    return found
+
+
+def _ratios(calls: Sequence[ModelCall]) -> list[float]:
+    return [
+        call.max_tokens / max(1, call.completion_tokens)
+        for call in calls
+        if call.max_tokens is not None and call.status == 200
+    ]
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -121,6 +135,8 @@ class RunReport:
     total: UserReport
     settings: dict[str, Any] = field(default_factory=dict)
     calls: list[ModelCall] = field(default_factory=list)
+    service_metrics: dict[str, float] = field(default_factory=dict)
+    """The service's own `model_*` counters from `/metrics` at the end of the run."""
 
     def to_json(self) -> dict[str, Any]:
         def user(report: UserReport) -> dict[str, Any]:
@@ -153,6 +169,7 @@ class RunReport:
             "settings": self.settings,
             "users": [user(u) for u in self.users],
             "total": user(self.total),
+            "service_metrics": self.service_metrics,
             "calls": [asdict(call) for call in self.calls],
         }
 
@@ -213,6 +230,21 @@ def render(report: RunReport) -> str:
         ],
     )  # fmt: skip
     total = report.total.cost
+    by_kind = ratios_by_kind(report.calls)
+    if by_kind:
+        lines.append(
+            "max_tokens ÷ completion by call kind (p50/p95): "
+            + ", ".join(
+                f"{kind} {_number(p50)}/{_number(p95)}" for kind, (p50, p95) in by_kind.items()
+            )
+        )
+    if report.service_metrics:
+        lines.append(
+            "the service's /metrics: "
+            + ", ".join(
+                f"{name} {value:g}" for name, value in sorted(report.service_metrics.items())
+            )
+        )
     if report.engine == "offline":
         lines += ["", "(the offline engine makes no model calls)"]
     if total.unread_prompts or total.failed_calls:

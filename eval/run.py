@@ -62,7 +62,7 @@ async def run_eval(
             )
         async with scratch_database(admin_url) as url:
             settings = eval_settings(url, **model_settings)
-            runs = await _replay_all(corpus, settings, recorder, options, progress)
+            runs, service_metrics = await _replay_all(corpus, settings, recorder, options, progress)
     finally:
         if recorder is not None:
             await recorder.stop()
@@ -103,6 +103,7 @@ async def run_eval(
         total=total,
         settings=_settings_summary(settings),
         calls=list(calls),
+        service_metrics=service_metrics,
     )
     return report, recorder
 
@@ -122,7 +123,7 @@ async def _replay_all(
     recorder: ModelRecorder | None,
     options: RunOptions,
     progress: Callable[[str], None],
-) -> list[UserRun]:
+) -> tuple[list[UserRun], dict[str, float]]:
     runs = []
     async with served(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
         service = Service(http, settings, options.job_timeout)
@@ -133,7 +134,8 @@ async def _replay_all(
             run = await service.replay(script)
             progress(f"{script.id}: {len(script.turns)} turns in {run.seconds:.1f} s")
             runs.append(run)
-    return runs
+        service_metrics = await service.model_metrics()
+    return runs, service_metrics
 
 
 def _sum_jobs(all_jobs: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -319,6 +319,9 @@ async def test_a_reduced_corpus_through_the_service_on_the_stub(server_url: str)
     assert cost.calls_by_kind["operations"] >= 1
     assert cost.unread_prompts == 0
     assert cost.prompt_tokens == sum(call.prompt_tokens for call in calls)
+    # The service counted the same tokens from the stub's usage as the stub recorded.
+    assert report.service_metrics["model_tokens_total_in"] == cost.prompt_tokens
+    assert report.service_metrics["model_tokens_total_out"] == cost.completion_tokens
     assert cost.calls_per_turn == len(calls) / 8
     assert cost.cost_per_turn == pytest.approx(
         (cost.prompt_tokens * 1.0 + cost.completion_tokens * 4.0) / 8 / 1e6
