@@ -17,7 +17,8 @@ The packages depend one way, bottom to top; a module imports only from its own l
 8. `turns`: the orchestrator's two calls (and explicit consolidation), composed from the above.
 9. `erasure`: `DELETE /v1/me`, which deletes what the packages below keep about the caller.
 10. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
-    services below.
+    services below; `ui`: the user's memory page (`/ui/memory`), static files that call the
+    public API from the browser and import nothing of the domain.
 11. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
 
 `tests/test_package_order.py` fails when a module imports upward; `python -m
@@ -50,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("consolidation",),
     ("turns",),
     ("erasure",),
-    ("mcp_server",),
+    ("mcp_server", "ui"),
     ("main", "cli", "models", "__main__"),
 )
 """The order above, bottom first: each entry names the modules or packages of one layer."""

@@ -36,6 +36,7 @@ from app.tokens import TokenCounters
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
+from app.ui import router as ui_router
 
 API_DESCRIPTION = """
 Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
@@ -146,4 +147,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.mcp = McpEndpoint()
     app.router.routes.append(mcp_route(app.state.mcp))
     install_docs_pages(app)
+    app.include_router(ui_router.router)
     return app

@@ -33,6 +33,10 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/docs/assets/swagger-ui.css"): "public",
     ("GET", "/docs/assets/redoc.standalone.js"): "public",
     ("GET", "/docs/assets/favicon.png"): "public",
+    # the memory page holds no data: it calls /v1/me/* with the user's token
+    ("GET", "/ui/memory"): "public",
+    ("GET", "/ui/assets/memory.css"): "public",
+    ("GET", "/ui/assets/memory.js"): "public",
     ("GET", "/v1/me"): "user",
     ("DELETE", "/v1/me"): "user",
     ("POST", "/v1/chats/{chat_id}/context"): "user",
