@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long lint fmt openapi migrate token bench demo eval clean
+.PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo eval clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ eval: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
+
+# The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
+# when missing (`make test` runs them too, and skips them without Chromium); screenshots of
+# every step in var/artifacts/browser/.
+test-browser: $(STAMP)
+	.ci/install-chromium
+	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
 # The soak variants of the fault tests (marker `long`), about a minute each.
 test-long: $(STAMP)
