@@ -410,6 +410,8 @@
   function renderEditorAvailability() {
     const off = Boolean(state.settings && state.settings.context_memory === false);
     $("editor").disabled = off;
+    $("editor").hidden = off;
+    $("editor-label").hidden = off;
     $("save").hidden = off;
     $("revert").hidden = off;
     $("editor-help").textContent = off
