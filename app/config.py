@@ -104,12 +104,36 @@ class Settings(BaseSettings):
     llm_provider: LlmProvider = "auto"
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
-    llm_model: str = "gpt-4o-mini"
+    llm_model: str = Field(
+        default="gpt-4o-mini",
+        description=(
+            "The worker's model for a job that names none: a condensation queued at load time "
+            "for a space that uses the orchestrator's model (unknown then). Turns always name "
+            "theirs (the orchestrator's or the space's `language_model`). With Azure, a "
+            "deployment name."
+        ),
+    )
+    llm_gate_model: str = Field(
+        default="gpt-4o-mini",
+        description=(
+            "The model of the UPDATE/NOOP gate: one word out, so a small model of the same "
+            "provider; the operations, rewrite and condensation calls use the space's model. "
+            "With Azure, a deployment name of its own."
+        ),
+    )
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     azure_openai_endpoint: str | None = None
     azure_openai_api_version: str | None = None
     consolidation_strategy: ConsolidationStrategy = "operations"
     consolidation_gate: bool = True
+    consolidation_prefilter: bool = Field(
+        default=True,
+        description=(
+            "Decide locally which model calls a consolidation needs: none for clearly "
+            "non-durable turns (greetings, thanks, questions about the world), no gate when "
+            "the offline engine already reads a fact or a forget request."
+        ),
+    )
 
     # --- worker ------------------------------------------------------------------------------
     worker_enabled: bool = True  # run the worker inside `serve`

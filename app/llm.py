@@ -151,11 +151,19 @@ class ModelRefused(ModelError):
 
 
 class ModelOutputTruncated(ModelError):
-    """The answer hit `max_output_tokens` (finish_reason "length"); retrying repeats it."""
+    """The answer hit `max_output_tokens` (finish_reason "length"); retrying repeats it.
+
+    `tokens_in` and `tokens_out` are the usage the server reported for the cut-off answer: the
+    call was billed even though its answer is unusable."""
 
     error_class = "model_output_truncated"
     operator_message = "The language model's answer was cut off at its output limit."
     retryable = False
+
+    def __init__(self, message: str, *, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        super().__init__(message)
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
 
 
 class ModelBadRequest(ModelError):
@@ -340,16 +348,18 @@ def _chat_result(completion: object, request: ChatRequest) -> ChatResult:
             f"the language model refused the request (finish_reason {_safe(finish_reason)})"
             f"{_for_model(request.model)}"
         )
+    usage = getattr(completion, "usage", None)
     if finish_reason == "length":
         raise ModelOutputTruncated(
             f"the answer was cut off at max_output_tokens={request.max_output_tokens}"
-            f"{_for_model(request.model)}"
+            f"{_for_model(request.model)}",
+            tokens_in=_token_count(usage, "prompt_tokens"),
+            tokens_out=_token_count(usage, "completion_tokens"),
         )
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
         raise _invalid_response(request.model)
     served_model = getattr(completion, "model", None)
-    usage = getattr(completion, "usage", None)
     return ChatResult(
         text=content or "",
         model=served_model if isinstance(served_model, str) and served_model else request.model,

@@ -156,6 +156,38 @@ class Metrics:
             ["direction"],
             registry=self.registry,
         )
+        self.model_calls = Counter(
+            "model_calls_total",
+            "Language-model calls by call kind (gate, operations, rewrite, condensation) and "
+            "outcome (noop, update, truncated, invalid, error)",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.model_prompt_tokens = Counter(
+            "model_prompt_tokens_total",
+            "Prompt tokens the model server reported, by call kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.model_completion_tokens = Counter(
+            "model_completion_tokens_total",
+            "Completion tokens the model server reported, by call kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.model_output_limit_tokens = Counter(
+            "model_output_limit_tokens_total",
+            "Output tokens requested (max_completion_tokens), summed by call kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.consolidation_prefilter = Counter(
+            "consolidation_prefilter_total",
+            "Consolidations by the pre-filter's decision: noop (no model call), operations "
+            "(the gate skipped), gate",
+            ["decision"],
+            registry=self.registry,
+        )
         self.condensations = Counter(
             "condensations_total", "Condensation runs", registry=self.registry
         )

@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from app.profiles.document import Section
 
-_USER_TEXT = re.compile(r"<<<USER_TEXT_([0-9a-f]+)>>>\n(.*?)\n<<<END_USER_TEXT_\1>>>", re.DOTALL)
+_USER_TEXT = re.compile(r"<<<USER_([0-9]+)>>>\n(.*?)\n<<<END_USER_\1>>>", re.DOTALL)
 _STATEMENT_STARTS = ("I ", "I'm ", "My ", "Remind me ")
 _SECTION_KEYWORDS = (
     ("prefer", Section.COMMUNICATION),

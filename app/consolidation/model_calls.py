@@ -4,12 +4,21 @@ each model failure becomes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
 from app.config import Settings
+from app.consolidation.output_limits import (
+    GATE_MAX_TOKENS,
+    OperationsInput,
+    condensation_limit,
+    operations_limits,
+    rewrite_limit,
+)
+from app.consolidation.prefilter import is_clearly_non_durable
 from app.consolidation.prompts import (
     MalformedModelOutput,
     condensation_prompt,
@@ -20,16 +29,23 @@ from app.consolidation.prompts import (
     parse_rewrite,
     rewrite_prompt,
 )
+from app.consolidation.rules import Exchange, consolidate_with_rules
 from app.consolidation.snapshot import Snapshot
 from app.jobs.worker import JobFailure
-from app.llm import ChatModel, ChatRequest, ChatResult, ModelError, ModelOutputTruncated
+from app.llm import (
+    ChatModel,
+    ChatRequest,
+    ChatResult,
+    ModelError,
+    ModelOutputTruncated,
+    resolve_model_name,
+)
 from app.observability import Metrics
 from app.profiles.document import Operation, Profile, diff_operations, render_body
+from app.tokens import TokenCounters
 
-GATE_MAX_TOKENS: Final = 16
-CHANGE_MAX_TOKENS: Final = 4096
+CallKind = Literal["gate", "operations", "rewrite", "condensation"]
 CONDENSATION_TARGET_SHARE: Final = 0.9
-CONDENSATION_SLACK_TOKENS: Final = 512
 MAX_CHARS_PER_OUTPUT_TOKEN: Final = 8
 """A token is a few characters; an answer longer than this many per allowed output token came
 from a server that ignored the output limit and is refused unread."""
@@ -54,6 +70,49 @@ class Usage:
     calls: list[str] = field(default_factory=list)
 
 
+def answer_size(
+    profile: Profile, exchanges: Sequence[Exchange], count: Callable[[str], int]
+) -> OperationsInput:
+    """What an operations answer on `profile` for `exchanges` depends on (`OperationsInput`):
+    each exchange read by the offline engine on its own, or measured by its size."""
+    read_answer = 0
+    unread: list[int] = []
+    for exchange in exchanges:
+        if is_clearly_non_durable(exchange.user):
+            continue
+        read = consolidate_with_rules(profile, [exchange])
+        if read.operations:
+            read_answer += sum(count(json.dumps(operation_item(op))) for op in read.operations)
+        else:
+            unread.append(count(exchange.user))
+    bullets = [bullet for _, section in profile.sections for bullet in section]
+    return OperationsInput(
+        read_answer=read_answer,
+        unread_users=unread,
+        all_users=[count(exchange.user) for exchange in exchanges],
+        longest_bullet=max((count(bullet) for bullet in bullets), default=0),
+        bullets=len(bullets),
+        profile=count(render_body(profile)),
+    )
+
+
+def chat_request(
+    model: str, prompt: tuple[str, str], max_tokens: int, *, json: bool = False
+) -> ChatRequest:
+    system, user = prompt
+    return ChatRequest(model, system, user, max_output_tokens=max_tokens, json_mode=json)
+
+
+def operation_item(op: Operation) -> dict[str, str]:
+    """An operation as the operations answer spells it."""
+    item = {"op": op.kind.value, "section": op.section.value}
+    if op.target is not None:
+        item["target"] = op.target
+    if op.text is not None:
+        item["text"] = op.text
+    return item
+
+
 def model_failure(error: ModelError) -> JobFailure:
     """The job failure of a failed model call: its class, its operator message, its retry."""
     return JobFailure(
@@ -66,41 +125,65 @@ def model_failure(error: ModelError) -> JobFailure:
 
 class ModelCalls:
     """Asks `chat_model` on behalf of consolidation runs. Holds no state between runs: each call
-    adds its tokens and a word about its answer to the run's `Usage`."""
+    adds its tokens and a word about its answer to the run's `Usage`, and is counted in the
+    metrics by kind (`model_calls_total`, `model_prompt_tokens_total`, ...).
+
+    The gate asks `LLM_GATE_MODEL`; the other calls ask the snapshot's model (the space's
+    `language_model`, or the orchestrator's)."""
 
     def __init__(
         self,
         chat_model: ChatModel,
         settings: Settings,
         metrics: Metrics,
+        tokens: TokenCounters,
         *,
         clock: Callable[[], datetime],
     ) -> None:
         self.chat_model = chat_model
         self.settings = settings
         self.metrics = metrics
+        self.tokens = tokens
         self.clock = clock
+        self.gate_model = resolve_model_name(settings.llm_gate_model)
 
-    async def operations(self, snapshot: Snapshot, usage: Usage) -> list[Operation]:
-        """The gate (only an explicit NOOP skips), then the configured strategy's call.
+    async def operations(self, snapshot: Snapshot, usage: Usage, *, gate: bool) -> list[Operation]:
+        """The gate when `gate` (only an explicit NOOP skips), then the configured strategy's
+        call, its output limit derived from the exchanges (`output_limits`).
 
         An answer that is not valid output fails the jobs (`invalid_model_output`).
         """
         body, exchanges, now = render_body(snapshot.profile), snapshot.exchanges, self.clock()
-        if self.settings.consolidation_gate and await self._gate_says_noop(
-            snapshot, gate_prompt(body, exchanges, now), usage
-        ):
+        if gate and await self._gate_says_noop(gate_prompt(body, exchanges, now), usage):
             return []
+        count = self.tokens.for_model(snapshot.model).count
+        user_tokens = [count(exchange.user) for exchange in exchanges]
+        kind: CallKind = (
+            "rewrite" if self.settings.consolidation_strategy == "rewrite" else "operations"
+        )
         try:
-            if self.settings.consolidation_strategy == "rewrite":
-                return await self._rewrite(snapshot, rewrite_prompt(body, exchanges, now), usage)
+            if kind == "rewrite":
+                limit = rewrite_limit(snapshot.budget, count(body), user_tokens)
+                prompt = rewrite_prompt(body, exchanges, now)
+                return await self._rewrite(snapshot, prompt, limit, usage)
+            limits = operations_limits(answer_size(snapshot.profile, exchanges, count))
             prompt = operations_prompt(body, exchanges, now)
-            result = await self._ask(
-                snapshot.model, prompt, max_tokens=CHANGE_MAX_TOKENS, usage=usage, json_mode=True
-            )
+            try:
+                result = await self._ask(
+                    kind, chat_request(snapshot.model, prompt, limits.first, json=True), usage
+                )
+            except ModelOutputTruncated:
+                if limits.ceiling <= limits.first:
+                    raise
+                usage.calls.append("operations=truncated")
+                result = await self._ask(
+                    kind, chat_request(snapshot.model, prompt, limits.ceiling, json=True), usage
+                )
             reply = parse_operations(result.text)
         except MalformedModelOutput:
+            self._count(kind, "invalid")
             raise JobFailure(INVALID_OUTPUT, _INVALID_OUTPUT_MESSAGE, retryable=False) from None
+        self._count(kind, reply.decision)
         usage.calls.append(f"operations={reply.decision}")
         return list(reply.operations)
 
@@ -114,58 +197,69 @@ class ModelCalls:
         budget = snapshot.budget
         target = max(1, int(budget * CONDENSATION_TARGET_SHARE))
         prompt = condensation_prompt(render_body(profile), budget, target)
-        limit = budget + CONDENSATION_SLACK_TOKENS
-        result = await self._ask(snapshot.model, prompt, max_tokens=limit, usage=usage)
-        return parse_rewrite(result.text, profile.user_id)
-
-    async def _gate_says_noop(
-        self, snapshot: Snapshot, prompt: tuple[str, str], usage: Usage
-    ) -> bool:
+        limit = condensation_limit(budget)
+        result = await self._ask("condensation", chat_request(snapshot.model, prompt, limit), usage)
         try:
-            gate = await self._ask(snapshot.model, prompt, max_tokens=GATE_MAX_TOKENS, usage=usage)
+            condensed = parse_rewrite(result.text, profile.user_id)
+        except MalformedModelOutput:
+            self._count("condensation", "invalid")
+            raise
+        self._count("condensation", "NOOP" if condensed == "NOOP" else "UPDATE")
+        return condensed
+
+    async def _gate_says_noop(self, prompt: tuple[str, str], usage: Usage) -> bool:
+        try:
+            gate = await self._ask(
+                "gate", chat_request(self.gate_model, prompt, GATE_MAX_TOKENS), usage
+            )
         except ModelOutputTruncated:  # a long-winded gate answer is not an explicit NOOP
             usage.calls.append("gate=truncated")
             return False
         decision = parse_gate(gate.text)
+        self._count("gate", decision)
         usage.calls.append(f"gate={decision}")
         return decision == "NOOP"
 
     async def _rewrite(
-        self, snapshot: Snapshot, prompt: tuple[str, str], usage: Usage
+        self, snapshot: Snapshot, prompt: tuple[str, str], limit: int, usage: Usage
     ) -> list[Operation]:
-        limit = max(CHANGE_MAX_TOKENS, 2 * snapshot.budget)
-        result = await self._ask(snapshot.model, prompt, max_tokens=limit, usage=usage)
+        result = await self._ask("rewrite", chat_request(snapshot.model, prompt, limit), usage)
         rewritten = parse_rewrite(result.text, snapshot.profile.user_id)
+        self._count("rewrite", "NOOP" if rewritten == "NOOP" else "UPDATE")
         usage.calls.append("rewrite=NOOP" if rewritten == "NOOP" else "rewrite=UPDATE")
         if rewritten == "NOOP":
             return []
         return diff_operations(snapshot.profile, rewritten)
 
-    async def _ask(
-        self,
-        model: str,
-        prompt: tuple[str, str],
-        *,
-        max_tokens: int,
-        usage: Usage,
-        json_mode: bool = False,
-    ) -> ChatResult:
-        """One request; an answer far past `max_tokens` fails the jobs (`oversized_model_output`)
-        before it is read or counted."""
-        system, user = prompt
-        request = ChatRequest(
-            model=model,
-            system=system,
-            user=user,
-            max_output_tokens=max_tokens,
-            json_mode=json_mode,
-        )
-        result = await self.chat_model.complete(request)
+    async def _ask(self, kind: CallKind, request: ChatRequest, usage: Usage) -> ChatResult:
+        """One request; an answer far past its output limit fails the jobs
+        (`oversized_model_output`) before it is read. Failed calls are counted here
+        (`truncated`, `error`), answered ones by the caller once it has read the answer."""
+        max_tokens = request.max_output_tokens
+        self.metrics.model_output_limit_tokens.labels(kind).inc(max_tokens)
+        try:
+            result = await self.chat_model.complete(request)
+        except ModelOutputTruncated as error:
+            self._count(kind, "truncated")
+            self._spent(kind, usage, error.tokens_in, error.tokens_out)
+            raise
+        except ModelError:
+            self._count(kind, "error")
+            raise
+        self._spent(kind, usage, result.tokens_in, result.tokens_out)
         if len(result.text) > max_tokens * MAX_CHARS_PER_OUTPUT_TOKEN:
+            self._count(kind, "invalid")
             raise JobFailure(OVERSIZED_OUTPUT, _OVERSIZED_MESSAGE, retryable=False)
-        usage.tokens_in += result.tokens_in
-        usage.tokens_out += result.tokens_out
         usage.model = result.model
-        self.metrics.model_tokens.labels("in").inc(result.tokens_in)
-        self.metrics.model_tokens.labels("out").inc(result.tokens_out)
         return result
+
+    def _spent(self, kind: CallKind, usage: Usage, tokens_in: int, tokens_out: int) -> None:
+        usage.tokens_in += tokens_in
+        usage.tokens_out += tokens_out
+        self.metrics.model_tokens.labels("in").inc(tokens_in)
+        self.metrics.model_tokens.labels("out").inc(tokens_out)
+        self.metrics.model_prompt_tokens.labels(kind).inc(tokens_in)
+        self.metrics.model_completion_tokens.labels(kind).inc(tokens_out)
+
+    def _count(self, kind: CallKind, outcome: str) -> None:
+        self.metrics.model_calls.labels(kind, outcome.lower()).inc()

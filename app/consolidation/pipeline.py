@@ -18,6 +18,7 @@ from app.config import Settings
 from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION
 from app.consolidation.model_calls import INVALID_OUTPUT, ModelCalls, Usage, model_failure
+from app.consolidation.prefilter import prefilter
 from app.consolidation.rules import consolidate_with_rules
 from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
@@ -87,7 +88,7 @@ class ConsolidationPipeline:
         self.model_calls = (
             None
             if chat_model is None
-            else ModelCalls(chat_model, settings, metrics, clock=self.clock)
+            else ModelCalls(chat_model, settings, metrics, tokens, clock=self.clock)
         )
         self.size_control = SizeControl(self.model_calls, metrics, tokens)
 
@@ -153,13 +154,24 @@ class ConsolidationPipeline:
         """The operations for the exchanges and whether the user asked to forget something.
 
         Whether the user asked to forget is always read by the offline engine's parser (a
-        deterministic reading of the user's own words), never taken from a model's answer.
+        deterministic reading of the user's own words), never taken from a model's answer. With
+        a model, the pre-filter (`prefilter`) decides from the same reading which calls are
+        made: none, the operations call alone, or the gate first.
         """
         rules = consolidate_with_rules(snapshot.profile, snapshot.exchanges)
         if self.model_calls is None:
             usage.calls.append(f"rules={rules.decision}")
             return list(rules.operations), rules.forget_requested
-        operations = await self.model_calls.operations(snapshot, usage)
+        gate = self.settings.consolidation_gate
+        if self.settings.consolidation_prefilter:
+            users = [exchange.user for exchange in snapshot.exchanges]
+            decision = prefilter(users, rules.decision == "UPDATE", rules.forget_requested)
+            self.metrics.consolidation_prefilter.labels(decision).inc()
+            if decision == "noop":
+                usage.calls.append("prefilter=NOOP")
+                return [], rules.forget_requested
+            gate = gate and decision == "gate"
+        operations = await self.model_calls.operations(snapshot, usage, gate=gate)
         return operations, rules.forget_requested
 
     # --- write ---------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ BASE_PROFILE = """# User Memory
 
 ## Open Questions / Follow-ups
 """
-TURN = "I moved to the platform team, I'm a platform engineer now and I picked up Rust."
+TURN = "These days the platform team is where I spend my time, mostly writing Rust."
 
 
 def ops(*operations: dict[str, str]) -> str:
@@ -231,8 +231,12 @@ FAILURES: dict[str, tuple[list[ScriptStep], str, str]] = {
         "dead",
         "change_guard",
     ),
-    "finish_reason length": (
-        [reply("UPDATE"), reply('{"decision": "UPD', finish_reason="length")],
+    "finish_reason length, at the first limit and at the ceiling": (
+        [
+            reply("UPDATE"),
+            reply('{"decision": "UPD', finish_reason="length"),
+            reply('{"decision": "UPDATE", "operations": [', finish_reason="length"),
+        ],
         "dead",
         "model_output_truncated",
     ),
@@ -408,12 +412,13 @@ async def test_the_space_default_model_identifier_is_sent_as_the_api_model_name(
     chat_model: OpenAIChatModel,
     llm_stub: StubLLMServer,
 ) -> None:
-    """The turn names no model, so the space's default `AZURE_GPT_4o_2024_1120` applies; the
-    API must receive its model name, not the platform identifier (which it would reject)."""
+    """The turn names no model, so the space's default `AZURE_GPT_4o_2024_1120` applies to the
+    operations call; the API must receive its model name, not the platform identifier (which it
+    would reject). The gate asks its own small model."""
     await enable_company(client, auth)
     await queue_turn(client, auth, TURN, model=None)
-    llm_stub.script(reply("NOOP"))
+    llm_stub.script(reply("UPDATE"), reply('{"decision": "NOOP"}'))
 
     await run_one(app, chat_model)
 
-    assert [request.model for request in llm_stub.requests] == ["gpt-4o-2024-11-20"]
+    assert [request.model for request in llm_stub.requests] == ["gpt-4o-mini", "gpt-4o-2024-11-20"]

@@ -38,7 +38,7 @@ from tests.helpers.worker import (
     worker_process_env,
 )
 
-USER_TEXT = "I work as a data engineer at Acme"
+USER_TEXT = "These days the data platform at Acme is where I spend my time."  # the gate decides
 
 
 def _model_worker_env(tmp_path: Path, database_url: str, llm_stub: StubLLMServer) -> dict[str, str]:

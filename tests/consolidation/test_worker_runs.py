@@ -45,6 +45,8 @@ SKILLS = [
 ]  # fmt: skip
 
 
+GATED_TEXT = "These days the data platform at Acme is where I spend my time."
+"""Read by no rule of the offline engine: the gate is asked first."""
 ADD_WORKS_AT_ACME = add_bullet_answer("Identity", "Works at Acme.")
 
 
@@ -170,7 +172,7 @@ async def test_python_m_app_worker_finishes_the_job_in_hand_and_claims_no_more_o
     shutdown grace on its one attempt, the next waiting job is not claimed, the process exits 0.
     (Past the grace the job is released instead: tests/consolidation/test_worker_faults.py.)"""
     await enable_company(client, auth)
-    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, GATED_TEXT)
     waiting = await queue_turn(client, auth, "I work as a designer at Globex", user="bob")
     llm_stub.script(delay(3, then=reply("UPDATE")), reply(ADD_WORKS_AT_ACME))
     env = worker_process_env(
@@ -248,7 +250,7 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_o
     """SIGKILL a `python -m app worker` process while it waits for the model: its lease runs
     out, another worker re-claims the job (attempt 2) and exactly one version is written."""
     await enable_company(client, auth)
-    job_id = await queue_turn(client, auth, "I work as a data engineer at Acme")
+    job_id = await queue_turn(client, auth, GATED_TEXT)
     llm_stub.script(
         delay(60, then=reply("UPDATE")),  # the first worker's gate call: it never returns
         reply("UPDATE"),
