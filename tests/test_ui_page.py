@@ -73,7 +73,7 @@ async def test_the_markup_needs_nothing_the_policy_forbids(client: httpx.AsyncCl
     markup = _Markup()
     markup.feed((await client.get(PAGE)).text)
     scripts = [attrs for tag, attrs in markup.tags if tag == "script"]
-    assert scripts == [{"src": "/ui/assets/memory.js", "defer": None}]
+    assert scripts == [{"src": "assets/memory.js", "defer": None}]
     assert not markup.script_text
     assert "style" not in [tag for tag, _ in markup.tags]
     for tag, attrs in markup.tags:

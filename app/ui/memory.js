@@ -6,6 +6,9 @@
 "use strict";
 
 (() => {
+  // The API is the page's parent, so the page also works behind a path prefix (/ui/memory
+  // under /prefix/ calls /prefix/v1/...): every path below is resolved against it.
+  const API_ROOT = new URL("../", location.href);
   const MEMORY = "/v1/me/memory";
   const VERSIONS_PAGE = 10;
   const TRUNCATION_MARKER = "<!-- truncated to fit memory budget -->";
@@ -82,7 +85,7 @@
     }
     let response;
     try {
-      response = await fetch(path, init);
+      response = await fetch(new URL(path.slice(1), API_ROOT), init);
     } catch {
       throw new ApiError(0, null, null);
     }
@@ -431,7 +434,9 @@
         response = await api("PUT", MEMORY, { body: { content: text }, headers });
       } catch (error) {
         if (error instanceof ApiError && error.status === 412) await showConflict();
-        else showProblem(error, "Your text was not saved.");
+        else if (error instanceof ApiError && error.status === 401) {
+          showProblem(error, "Your text was not saved yet: it is kept here until you paste a new token.");
+        } else showProblem(error, "Your text was not saved.");
         return;
       }
       const saved = await response.json();

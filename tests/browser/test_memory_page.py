@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -408,3 +409,65 @@ async def test_a_user_with_no_memory_can_write_the_first_version(
     assert (await current(api, token)).status_code == 404
     settings = await api.get("/v1/me/settings", headers=bearer(token))
     assert settings.json() == {"context_memory": True}
+
+
+async def test_the_history_pages_through_older_versions(
+    web: BrowserPage, api: httpx.AsyncClient, base_url: str, make_token: TokenFactory
+) -> None:
+    page = web.page
+    token = make_token("historian")
+    version = await create_profile(api, token, memory_md(FIRST, user_id="historian"))
+    for turn in range(1, 12):
+        topics = {**FIRST, Section.RECENT: [f"Topic {turn}"]}
+        response = await api.put(
+            ME,
+            json={"content": memory_md(topics, user_id="historian")},
+            headers={**bearer(token), "If-Match": f'"{version}"'},
+        )
+        assert response.status_code == 200, response.text
+        version = response.json()["version"]
+    assert version == 12
+
+    await open_with_token(page, base_url, token)
+    versions = page.locator(".version")
+    await expect(versions).to_have_count(10)
+    older = page.get_by_role("button", name="Show older versions")
+    await older.click()
+    await expect(versions).to_have_count(12)
+    await expect(older).to_be_hidden()
+    shown = [await item.get_attribute("data-version") for item in await versions.all()]
+    assert shown == [str(n) for n in range(12, 0, -1)]
+    await expect(page.locator(".version .diff")).to_have_count(12)
+    second = page.locator('.version[data-version="2"]')
+    await expect(second.locator(".diff-line.added .diff-text")).to_have_text(["- Topic 1"])
+    await web.shot("all-versions")
+
+
+async def test_an_expired_token_asks_for_a_new_one_and_keeps_the_text_being_edited(
+    web: BrowserPage, api: httpx.AsyncClient, base_url: str, make_token: TokenFactory
+) -> None:
+    page = web.page
+    expires = int(time.time()) + 4
+    await create_profile(api, make_token("late"), memory_md(FIRST, user_id="late"))
+    await open_with_token(page, base_url, make_token("late", exp=expires))
+    editor = page.locator("#editor")
+    mine = with_added_line(await editor.input_value(), Section.RECENT, "Written slowly")
+    await editor.fill(mine)
+    # past `exp` by more than the whole second the verifier compares in
+    await asyncio.sleep(max(0.0, expires - time.time()) + 1.5)
+
+    await page.get_by_role("button", name="Save", exact=True).click()
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text("Your text was not saved yet: it is kept here")
+    await expect(alert).to_contain_text("Your token was not accepted: it may have expired")
+    await expect(page.locator("#token")).to_be_focused()
+    await web.shot("token-expired")
+
+    await page.locator("#token").fill(make_token("late"))
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#workspace")).to_be_visible()
+    assert await editor.input_value() == mine
+    await page.get_by_role("button", name="Save", exact=True).click()
+    await expect(page.locator("#status")).to_have_text("Saved as version 2.")
+    stored = (await current(api, make_token("late"))).json()
+    assert bullets(stored["content"], Section.RECENT.value) == ["Written slowly"]
