@@ -2,21 +2,24 @@
 JavaScript, CSS and favicon from the pinned `fastapi-offline` package: the pages work on a
 machine with no internet access. The only importer of fastapi_offline.
 
-Nothing on either page names another host: the assets are this service's own URLs, ReDoc gets
-no web fonts, and Swagger UI's online validator badge is off. ReDoc's script still renders its
-vendor's logo from the vendor's CDN; the pages' Content-Security-Policy lets the browser load
-nothing from anywhere but the service, so that image is refused before any request is made
-(ReDoc then hides it). The asset URLs carry the package's version as a query string, so they
-are cached for a year and a new pinned version is a new URL. Swagger UI keeps the bearer token
-pasted into Authorize across page reloads (`persistAuthorization`, in local storage).
+Nothing on either page loads from another host: the assets are this service's own URLs, ReDoc
+gets no web fonts, Swagger UI's online validator badge is off, and the one absolute URL ReDoc's
+script would load by itself (its vendor's logo, from a CDN) is served as a blank inline image.
+The pages' Content-Security-Policy holds the browser to the service alone, should a later
+version of either script reach out. The assets are read once per process (2.8 MB) and their
+URLs carry a digest of their content, so they are cached for a year and any change is a new
+URL. Swagger UI keeps the bearer token pasted into Authorize across page reloads
+(`persistAuthorization`, in local storage).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Final
@@ -29,7 +32,7 @@ from fastapi.openapi.docs import (
     get_swagger_ui_oauth2_redirect_html,
 )
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 DOCS_PATH: Final = "/docs"
 REDOC_PATH: Final = "/redoc"
@@ -46,6 +49,16 @@ ASSET_TYPES: Final[Mapping[str, str]] = {
 
 ASSETS_VERSION: Final = metadata.version("fastapi-offline")
 ASSET_CACHE_CONTROL: Final = "public, max-age=31536000, immutable"
+
+REDOC_VENDOR_LOGO: Final = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+# a transparent 1x1 GIF: ReDoc's menu footer keeps its text, and the browser fetches nothing
+BLANK_IMAGE: Final = (
+    "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+)
+# What is served differently from the packaged file: (file, [(text, replacement)])
+ASSET_REWRITES: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
+    "redoc.standalone.js": ((REDOC_VENDOR_LOGO, BLANK_IMAGE),),
+}
 
 SWAGGER_UI_PARAMETERS: Final[Mapping[str, Any]] = {
     "persistAuthorization": True,  # the pasted token survives a reload
@@ -91,13 +104,39 @@ def asset_directory() -> Path:
     return Path(str(resources.files(fastapi_offline) / "static"))
 
 
-def install_docs_pages(app: FastAPI) -> None:
-    """Serve `/docs`, `/docs/oauth2-redirect`, `/redoc` and their assets on `app`, which must be
-    built with `docs_url=None, redoc_url=None` (FastAPI's own pages load from a CDN)."""
+@dataclass(frozen=True, slots=True)
+class Asset:
+    """One file as it is served: its bytes, media type and the digest that versions it."""
+
+    body: bytes
+    media_type: str
+    digest: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.digest}"'
+
+
+@functools.cache
+def load_assets() -> Mapping[str, Asset]:
+    """Every asset, read from the package once per process, with `ASSET_REWRITES` applied."""
     directory = asset_directory()
     missing = [name for name in ASSET_TYPES if not (directory / name).is_file()]
     if missing:
         raise RuntimeError(f"fastapi-offline {ASSETS_VERSION} lacks {missing} in {directory}")
+    assets: dict[str, Asset] = {}
+    for name, media_type in ASSET_TYPES.items():
+        body = (directory / name).read_bytes()
+        for text, replacement in ASSET_REWRITES.get(name, ()):
+            body = body.replace(text.encode(), replacement.encode())
+        assets[name] = Asset(body, media_type, hashlib.sha256(body).hexdigest()[:20])
+    return assets
+
+
+def install_docs_pages(app: FastAPI) -> None:
+    """Serve `/docs`, `/docs/oauth2-redirect`, `/redoc` and their assets on `app`, which must be
+    built with `docs_url=None, redoc_url=None` (FastAPI's own pages load from a CDN)."""
+    assets = load_assets()
     title, openapi_url = app.title, app.openapi_url or "/openapi.json"
 
     async def swagger_ui(request: Request) -> HTMLResponse:
@@ -135,18 +174,18 @@ def install_docs_pages(app: FastAPI) -> None:
         (REDOC_PATH, redoc),
     ):
         app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
-    for name, media_type in ASSET_TYPES.items():
+    for name, asset in assets.items():
         app.add_api_route(
             f"{ASSETS_PATH}/{name}",
-            _asset_endpoint(directory / name, media_type),
+            _asset_endpoint(asset),
             methods=["GET"],
             include_in_schema=False,
         )
 
 
 def asset_url(name: str, root_path: str = "") -> str:
-    """The URL a page loads asset `name` from (versioned by the package's version)."""
-    return f"{root_path}{ASSETS_PATH}/{name}?v={ASSETS_VERSION}"
+    """The URL a page loads asset `name` from, versioned by the asset's digest."""
+    return f"{root_path}{ASSETS_PATH}/{name}?v={load_assets()[name].digest}"
 
 
 def _root_path(request: Request) -> str:
@@ -154,21 +193,20 @@ def _root_path(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def _asset_endpoint(path: Path, media_type: str) -> Callable[[Request], Awaitable[Response]]:
-    # The ETag names the package version and the file, so every replica answers the same one
-    # (FileResponse's own is built from the file's mtime, which differs between installs).
+def _asset_endpoint(asset: Asset) -> Callable[[Request], Awaitable[Response]]:
+    # The ETag is the content's digest, so every replica answers the same one.
     headers = {
         "Cache-Control": ASSET_CACHE_CONTROL,
-        "ETag": f'"fastapi-offline-{ASSETS_VERSION}-{path.name}"',
+        "ETag": asset.etag,
         "X-Content-Type-Options": "nosniff",
     }
 
-    async def asset(request: Request) -> Response:
-        if headers["ETag"] in _entity_tags(request.headers.get("if-none-match")):
+    async def serve_asset(request: Request) -> Response:
+        if asset.etag in _entity_tags(request.headers.get("if-none-match")):
             return Response(status_code=304, headers=headers)
-        return FileResponse(path, media_type=media_type, headers=headers)
+        return Response(asset.body, media_type=asset.media_type, headers=headers)
 
-    return asset
+    return serve_asset
 
 
 def _entity_tags(header: str | None) -> set[str]:

@@ -17,7 +17,15 @@ import pytest
 from fastapi import FastAPI
 
 from app.api_tags import OPENAPI_TAGS
-from app.docs_pages import ASSET_CACHE_CONTROL, ASSET_TYPES, ASSETS_VERSION, asset_directory
+from app.docs_pages import (
+    ASSET_CACHE_CONTROL,
+    ASSET_REWRITES,
+    ASSET_TYPES,
+    BLANK_IMAGE,
+    REDOC_VENDOR_LOGO,
+    asset_directory,
+    asset_url,
+)
 
 PAGES = ("/docs", "/redoc")
 TAGS = ["orchestrator", "user", "space admin", "operator", "operations"]
@@ -123,7 +131,15 @@ async def test_redoc_reads_the_spec_of_the_service_and_no_web_font(
     references = _references(await _page(client, "/redoc"))
 
     assert "/openapi.json" in references.urls
-    assert f"/docs/assets/redoc.standalone.js?v={ASSETS_VERSION}" in references.urls
+    assert asset_url("redoc.standalone.js") in references.urls
+
+
+def _packaged(name: str) -> bytes:
+    """The package's file, with the rewrites the service applies to it."""
+    body = (asset_directory() / name).read_bytes()
+    for text, replacement in ASSET_REWRITES.get(name, ()):
+        body = body.replace(text.encode(), replacement.encode())
+    return body
 
 
 async def test_every_asset_the_pages_load_is_the_packaged_file(client: httpx.AsyncClient) -> None:
@@ -133,8 +149,6 @@ async def test_every_asset_the_pages_load_is_the_packaged_file(client: httpx.Asy
         for url in _references(await _page(client, page)).urls
         if url.startswith("/docs/assets/")
     }
-    static = asset_directory()
-
     assert {url.split("?")[0].rsplit("/", 1)[1] for url in loaded} == set(ASSET_TYPES)
     for url in sorted(loaded):
         response = await client.get(url)
@@ -143,8 +157,11 @@ async def test_every_asset_the_pages_load_is_the_packaged_file(client: httpx.Asy
         assert response.headers["content-type"] == ASSET_TYPES[name], url
         assert response.headers["cache-control"] == ASSET_CACHE_CONTROL
         assert response.headers["x-content-type-options"] == "nosniff"
-        assert response.content == (static / name).read_bytes(), url
-        assert f"?v={ASSETS_VERSION}" in url  # a new pinned version is a new URL
+        assert response.content == _packaged(name), url
+        # the URL names the content: a new pinned version (or rewrite) is a new URL
+        digest = hashlib.sha256(response.content).hexdigest()
+        assert url.endswith(f"?v={digest[:20]}"), url
+        assert response.headers["etag"] == f'"{digest[:20]}"'
 
 
 async def test_an_asset_the_browser_holds_is_not_sent_again(client: httpx.AsyncClient) -> None:
@@ -158,6 +175,17 @@ async def test_an_asset_the_browser_holds_is_not_sent_again(client: httpx.AsyncC
     assert again.content == b""
     assert again.headers["cache-control"] == ASSET_CACHE_CONTROL
     assert other.status_code == 200
+
+
+async def test_redoc_shows_its_vendor_logo_from_nowhere(client: httpx.AsyncClient) -> None:
+    """The packaged ReDoc renders an image from its vendor's CDN (unless the rewrite is obsolete,
+    which this test then says); the served one renders a blank inline image instead."""
+    packaged = (asset_directory() / "redoc.standalone.js").read_bytes()
+    served = (await client.get("/docs/assets/redoc.standalone.js")).content
+
+    assert packaged.count(REDOC_VENDOR_LOGO.encode()) == 1
+    assert REDOC_VENDOR_LOGO.encode() not in served
+    assert served.count(f'src:"{BLANK_IMAGE}"'.encode()) == 1
 
 
 def test_the_stylesheet_embeds_its_images() -> None:
