@@ -159,11 +159,8 @@ class ModelOutputTruncated(ModelError):
     error_class = "model_output_truncated"
     operator_message = "The language model's answer was cut off at its output limit."
     retryable = False
-
-    def __init__(self, message: str, *, tokens_in: int = 0, tokens_out: int = 0) -> None:
-        super().__init__(message)
-        self.tokens_in = tokens_in
-        self.tokens_out = tokens_out
+    tokens_in: int = 0
+    tokens_out: int = 0
 
 
 class ModelBadRequest(ModelError):
@@ -350,12 +347,13 @@ def _chat_result(completion: object, request: ChatRequest) -> ChatResult:
         )
     usage = getattr(completion, "usage", None)
     if finish_reason == "length":
-        raise ModelOutputTruncated(
+        truncated = ModelOutputTruncated(
             f"the answer was cut off at max_output_tokens={request.max_output_tokens}"
-            f"{_for_model(request.model)}",
-            tokens_in=_token_count(usage, "prompt_tokens"),
-            tokens_out=_token_count(usage, "completion_tokens"),
+            f"{_for_model(request.model)}"
         )
+        truncated.tokens_in = _token_count(usage, "prompt_tokens")
+        truncated.tokens_out = _token_count(usage, "completion_tokens")
+        raise truncated
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
         raise _invalid_response(request.model)
