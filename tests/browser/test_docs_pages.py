@@ -49,11 +49,6 @@ async def test_swagger_ui_lists_every_operation_with_no_network(
     await web.shot("swagger-ui")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ReDoc's side menu shows Redocly's logo from cdn.redoc.ly (an <img> in the bundle);"
-    " app/docs_pages.py does not keep it from loading yet",
-)
 async def test_redoc_renders_its_menu_with_no_network(
     web: BrowserPage, api: httpx.AsyncClient, base_url: str
 ) -> None:
