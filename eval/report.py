@@ -233,9 +233,10 @@ def render(report: RunReport) -> str:
     by_kind = ratios_by_kind(report.calls)
     if by_kind:
         lines.append(
-            "max_tokens ÷ completion by call kind (p50/p95): "
+            "by call kind, model and max_tokens ÷ completion p50/p95: "
             + ", ".join(
-                f"{kind} {_number(p50)}/{_number(p95)}" for kind, (p50, p95) in by_kind.items()
+                f"{kind} ({_models(report.calls, kind)}) {_number(p50)}/{_number(p95)}"
+                for kind, (p50, p95) in by_kind.items()
             )
         )
     if report.service_metrics:
@@ -279,6 +280,10 @@ def _ratio(part: int, whole: int) -> str:
 
 def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
+
+
+def _models(calls: Sequence[ModelCall], kind: str) -> str:
+    return ", ".join(sorted({call.model for call in calls if call.kind == kind}))
 
 
 def _jobs(jobs: dict[str, int]) -> str:
