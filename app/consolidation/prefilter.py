@@ -115,6 +115,9 @@ _HOW_TO = re.compile(
     re.IGNORECASE,
 )
 """"How do I ...?" asks about the world; the words after it are still checked."""
+_ASK_ME = re.compile(r"\b(?:help|show|tell|give|teach|walk)\s+me\b", re.IGNORECASE)
+""""Can you help me ...", "Tell me about ...": the user asks for something, says nothing about
+themself; the words after it are still checked."""
 _MEMORY_WORDS = re.compile(
     r"\b(?:remember\w*|forget\w*|forgot\w*|remind\w*|memor\w*|note|notes|keep in mind|always|"
     r"never|from now on|going forward|in future|in the future|next time|anymore|any more|"
@@ -134,7 +137,7 @@ _QUESTION_START = re.compile(
 _TASK_START = re.compile(
     r"(?:explain|describe|define|summari[sz]e|translate|compare|calculate|compute|convert|list|"
     r"show|write|draft|generate|create|fix|debug|refactor|review|check|find|suggest|recommend|"
-    r"tell me (?:about|what|how|why|who|when|where|which))\b",
+    r"tell me|help me|walk me through)\b",
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -175,8 +178,9 @@ def _non_durable_sentence(sentence: str) -> bool:
         return True  # punctuation or emoji only
     if len(words) <= MAX_SMALL_TALK_WORDS and all(w in _SMALL_TALK_WORDS for w in words):
         return True
+    asked = _ASK_ME.sub(" ", sentence)
     if sentence.endswith("?") and _QUESTION_START.match(sentence):
-        return not _FIRST_PERSON.search(_HOW_TO.sub(" ", sentence))
+        return not _FIRST_PERSON.search(_HOW_TO.sub(" ", asked))
     if _TASK_START.match(sentence) and not sentence.endswith("?"):
-        return not _FIRST_PERSON.search(_TASK_START.sub(" ", sentence, count=1))
+        return not _FIRST_PERSON.search(asked)
     return False

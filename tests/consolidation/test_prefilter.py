@@ -38,6 +38,9 @@ CHIT_CHAT = [
     "Summarise the Basel IV output floor.",
     "Tell me about the history of the Swiss franc.",
     "Thanks! What is a credit conversion factor?",
+    "Can you help me understand the output floor?",
+    "Could you walk me through a Monte Carlo VaR?",
+    "Help me debug this query.",
 ]
 
 MUST_REACH_THE_MODEL = [
@@ -78,6 +81,9 @@ MUST_REACH_THE_MODEL = [
     "The user is a data scientist.",
     "Data scientist, 5 years, Python.",
     "Anything else?",
+    "Can you help me with my thesis?",
+    "Tell me what my name is.",
+    "Help me, I'm new to Rust.",
     # long messages
     "What is a hash map? " * 40,
 ]
