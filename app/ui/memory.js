@@ -223,6 +223,7 @@
 
   async function useToken(token) {
     clearMessages();
+    const previous = state.me;
     state.token = token;
     try {
       const response = await api("GET", "/v1/me");
@@ -232,13 +233,19 @@
       showProblem(error, "This token could not be used.");
       return false;
     }
+    // unsaved text survives a new token for the same person only, never into someone else's
+    const samePerson =
+      previous !== null &&
+      previous.user_id === state.me.user_id &&
+      previous.company_id === state.me.company_id;
+    if (!samePerson) hideConflict();
     $("who").textContent = `${state.me.user_id} (${state.me.company_id})`;
     $("token-form").hidden = true;
     $("signed-in").hidden = false;
-    await refresh();
+    await refresh({ resetText: !samePerson });
     // shown once loaded, so nothing is typed into an editor that has not got its version yet
-    $("workspace").hidden = false;
-    return true;
+    if (state.token) $("workspace").hidden = false;
+    return Boolean(state.token);
   }
 
   function askForToken() {
@@ -255,6 +262,7 @@
     state.memory = null;
     state.settings = null;
     clearMessages();
+    hideConflict();
     resetEditor();
     askForToken();
   }

@@ -471,3 +471,31 @@ async def test_an_expired_token_asks_for_a_new_one_and_keeps_the_text_being_edit
     await expect(page.locator("#status")).to_have_text("Saved as version 2.")
     stored = (await current(api, make_token("late"))).json()
     assert bullets(stored["content"], Section.RECENT.value) == ["Written slowly"]
+
+
+async def test_unsaved_text_never_follows_a_token_of_someone_else(
+    web: BrowserPage, api: httpx.AsyncClient, base_url: str, make_token: TokenFactory
+) -> None:
+    page = web.page
+    expires = int(time.time()) + 4
+    await create_profile(api, make_token("ana"), memory_md(FIRST, user_id="ana"))
+    other = memory_md({Section.IDENTITY: ["Name is Ben"]}, user_id="ben")
+    await create_profile(api, make_token("ben"), other)
+    await open_with_token(page, base_url, make_token("ana", exp=expires))
+    editor = page.locator("#editor")
+    await editor.fill(with_added_line(await editor.input_value(), Section.RECENT, "Ana's draft"))
+    await asyncio.sleep(max(0.0, expires - time.time()) + 1.5)
+    await page.get_by_role("button", name="Save", exact=True).click()
+    await expect(page.locator("#token")).to_be_focused()
+
+    await page.locator("#token").fill(make_token("ben"))
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#who")).to_have_text("ben (acme)")
+    await expect(page.locator("#workspace")).to_be_visible()
+    assert "Ana's draft" not in await editor.input_value()
+    assert "Name is Ben" in await editor.input_value()
+    await page.get_by_role("button", name="Save", exact=True).click()
+    await expect(page.locator("#status")).to_contain_text("Nothing to save")
+    stored = (await current(api, make_token("ben"))).json()
+    assert stored["version"] == 1
+    assert bullets(stored["content"], Section.RECENT.value) == []
