@@ -84,7 +84,10 @@ class Shots:
     taken: list[Path] = field(default_factory=list)
 
     async def __call__(self, step: str, *, full_page: bool = True) -> Path:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        if not self.taken:  # this run's screenshots replace the last run's, none left over
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            for old in ARTIFACTS.glob(f"{self.test}-[0-9][0-9]-*.png"):
+                old.unlink()
         path = ARTIFACTS / f"{self.test}-{len(self.taken) + 1:02d}-{step}.png"
         await self.page.screenshot(path=str(path), full_page=full_page)
         self.taken.append(path)
