@@ -100,6 +100,22 @@ _SMALL_TALK_WORDS: Final = frozenset(
         "job",
         "well",
         "done",
+        "clear",
+        "useful",
+        "interesting",
+        "ha",
+        "right",
+        "fair",
+        "enough",
+        "for",
+        "now",
+        "today",
+        "tomorrow",
+        "been",
+        "you've",
+        "you're",
+        "pity",
+        "but",
     )
 )
 """Words of greetings, thanks, farewells and acknowledgements. Deliberately without "yes", "no",
@@ -129,7 +145,7 @@ _MEMORY_WORDS = re.compile(
 """Words that can carry a standing preference or a memory request even without "I" or "my":
 "Always answer in German", "Use tables", "Could you forget the report?"."""
 _QUESTION_START = re.compile(
-    r"(?:what|what's|whats|how|how's|why|when|where|which|who|whose|whom|is|are|was|were|do|does|"
+    r"(?:what|what's|whats|how|how's|why|when|where|which|who|whose|whom|any|is|are|was|were|do|does|"
     r"did|can|could|would|will|should|shall|may|might|has|have|had|isn't|aren't|doesn't|don't|"
     r"didn't|can't|won't)\b",
     re.IGNORECASE,

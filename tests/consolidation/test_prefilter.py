@@ -41,6 +41,13 @@ CHIT_CHAT = [
     "Can you help me understand the output floor?",
     "Could you walk me through a Monte Carlo VaR?",
     "Help me debug this query.",
+    "Thanks, that's clear.",
+    "Thanks, you've been helpful.",
+    "Fair enough.",
+    "Okay, bye for now.",
+    "That's a pity, but fine.",
+    "Ha. How far away is the Moon?",
+    "Any tips for a smooth cutover?",
 ]
 
 MUST_REACH_THE_MODEL = [
