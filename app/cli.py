@@ -180,7 +180,10 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     print(
         f"Context Memory Service on http://{host}:{port}  database: {where}{processes}", flush=True
     )
-    print(f"Swagger UI: http://{host}:{port}/docs", flush=True)
+    base = f"http://{host}:{port}"
+    print(
+        f"Swagger UI: {base}/docs  ReDoc: {base}/redoc  memory page: {base}/ui/memory", flush=True
+    )
     if settings.uses_development_jwt_secret:
         token = issue_token(
             settings,
@@ -188,6 +191,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
             ttl_seconds=12 * 3600,
         )
         print(f"Development token (alice@acme, space_admin+operator, 12 h):\n{token}", flush=True)
+        print(f"alice's memory page: {base}/ui/memory#token={token}", flush=True)
     if workers > 1:
         return _serve_processes(settings, host, port, workers)
     uvicorn.run(

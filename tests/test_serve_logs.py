@@ -67,6 +67,9 @@ def test_serve_on_the_embedded_database_prints_a_few_lines_then_requests() -> No
     assert request_lines, text
     # banner (3 lines + the token) and the start-up lines: a screenful, not a wall
     assert request_lines[0] <= 16, text
+    # the banner says where the pages are, the development token opens alice's memory page
+    assert f"memory page: http://127.0.0.1:{port}/ui/memory" in text
+    assert f"/ui/memory#token={lines[3]}" in text
     assert all(not line.startswith("{") for line in lines), text  # text, not JSON
 
 
