@@ -48,7 +48,9 @@ def get(url: str) -> None:
 def test_serve_on_the_embedded_database_prints_a_few_lines_then_requests() -> None:
     with scratch_dir() as workdir:
         data_dir = workdir / "pg"
-        env = serve_env(EMBEDDED_PG_DIR=str(data_dir), LOG_FORMAT="text")
+        # what `make run` does: the development secret, so the banner carries a token
+        env = serve_env(EMBEDDED_PG_DIR=str(data_dir), LOG_FORMAT="text", ENVIRONMENT="development")
+        del env["JWT_SECRET"]
         with serving(1, env, workdir) as (process, port, log_path):
             wait_until_answering(process, f"http://127.0.0.1:{port}/healthz", log_path)
             get(f"http://127.0.0.1:{port}/v1/me")  # 401: no token
@@ -67,9 +69,10 @@ def test_serve_on_the_embedded_database_prints_a_few_lines_then_requests() -> No
     assert request_lines, text
     # banner (3 lines + the token) and the start-up lines: a screenful, not a wall
     assert request_lines[0] <= 16, text
-    # the banner says where the pages are, the development token opens alice's memory page
+    # the banner says where the pages are, and the development token opens alice's page
     assert f"memory page: http://127.0.0.1:{port}/ui/memory" in text
-    assert f"/ui/memory#token={lines[3]}" in text
+    token = lines[lines.index(next(x for x in lines if x.startswith("Development token"))) + 1]
+    assert f"alice's memory page: http://127.0.0.1:{port}/ui/memory#token={token}" in lines
     assert all(not line.startswith("{") for line in lines), text  # text, not JSON
 
 
