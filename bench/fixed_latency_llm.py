@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from app.profiles.document import Section
 
-_USER_TEXT = re.compile(r"<<<USER_([0-9]+)>>>\n(.*?)\n<<<END_USER_\1>>>", re.DOTALL)
+_FENCED = re.compile(r"^<([A-Za-z]+)([0-9]+)>\n(.*?)\n</\1\2>$", re.DOTALL | re.MULTILINE)
 _STATEMENT_STARTS = ("I ", "I'm ", "My ", "Remind me ")
 _SECTION_KEYWORDS = (
     ("prefer", Section.COMMUNICATION),
@@ -45,7 +45,7 @@ _SECTION_KEYWORDS = (
 
 def user_texts(prompt: str) -> list[str]:
     """The user's messages fenced in a consolidation prompt, in order."""
-    return [match.group(2) for match in _USER_TEXT.finditer(prompt)]
+    return [match.group(3) for match in _FENCED.finditer(prompt) if match.group(1) == "U"]
 
 
 def is_statement(text: str) -> bool:

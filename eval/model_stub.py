@@ -40,8 +40,7 @@ TOKENS_PER_MESSAGE: Final = 3
 models count it on top of the role and the content."""
 
 _FENCE = re.compile(
-    r"^<<<(?P<label>[A-Za-z][A-Za-z_]*?)_(?P<nonce>[0-9a-f]{4,})>>>\n(?P<body>.*?)\n"
-    r"<<<END_(?P=label)_(?P=nonce)>>>$",
+    r"^<(?P<label>[A-Za-z]+)(?P<nonce>[0-9]+)>\n(?P<body>.*?)\n</(?P=label)(?P=nonce)>$",
     re.DOTALL | re.MULTILINE,
 )
 _MINUTE = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}) UTC")
