@@ -39,9 +39,17 @@ TOKENS_PER_MESSAGE: Final = 3
 """Chat formatting overhead per message (and once for the reply's priming), as OpenAI's chat
 models count it on top of the role and the content."""
 
-_FENCE = re.compile(
-    r"^<(?P<label>[A-Za-z]+)(?P<nonce>[0-9]+)>\n(?P<body>.*?)\n</(?P=label)(?P=nonce)>$",
-    re.DOTALL | re.MULTILINE,
+_FENCES = (
+    re.compile(
+        r"^<(?P<label>[A-Za-z]+)(?P<nonce>[0-9]+)>\n(?P<body>.*?)\n</(?P=label)(?P=nonce)>$",
+        re.DOTALL | re.MULTILINE,
+    ),
+    # The fences of prompt versions before 2026-12-01.2, so earlier commits can be measured.
+    re.compile(
+        r"^<<<(?P<label>[A-Za-z][A-Za-z_]*?)_(?P<nonce>[0-9a-f]{4,})>>>\n(?P<body>.*?)\n"
+        r"<<<END_(?P=label)_(?P=nonce)>>>$",
+        re.DOTALL | re.MULTILINE,
+    ),
 )
 _MINUTE = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}) UTC")
 _TARGET = re.compile(r"Target: about (\d+) tokens")
@@ -137,7 +145,7 @@ def stub_answer(kind: CallKind, body: Mapping[str, Any], counter: TokenCounter) 
 def read_prompt(user: str) -> tuple[Profile, list[Exchange]] | None:
     """The profile and the exchanges a consolidation prompt carries, or None when it has none
     that can be read."""
-    blocks = list(_FENCE.finditer(user))
+    blocks = list(_fenced(user))
     profile: Profile | None = None
     exchanges: list[Exchange] = []
     pending: tuple[str, datetime] | None = None
@@ -164,7 +172,7 @@ def read_prompt(user: str) -> tuple[Profile, list[Exchange]] | None:
 def _condense(user: str, counter: TokenCounter) -> Answer:
     """The profile without its oldest Recent Topics, then its oldest other bullets, until it
     fits the target the prompt names (what a model asked to condense would drop first)."""
-    block = next((b for b in _FENCE.finditer(user) if b["label"].upper().startswith("P")), None)
+    block = next((b for b in _fenced(user) if b["label"].upper().startswith("P")), None)
     target = _TARGET.search(user)
     profile = None if block is None else _profile(block["body"])
     if profile is None or target is None:
@@ -178,6 +186,15 @@ def _condense(user: str, counter: TokenCounter) -> Answer:
             bullets[section].pop(0)
             current = Profile.from_sections(profile.frontmatter, bullets)
     return Answer(render_body(replace(current, truncated=False)), True)
+
+
+def _fenced(text: str) -> list[re.Match[str]]:
+    """The fenced blocks of a prompt, in order, in whichever fence format it uses."""
+    for fence in _FENCES:
+        blocks = list(fence.finditer(text))
+        if blocks:
+            return blocks
+    return []
 
 
 def _profile(body: str) -> Profile | None:

@@ -113,6 +113,25 @@ def test_the_stub_reads_the_profile_and_the_exchanges_of_a_real_prompt() -> None
     assert exchanges == EXCHANGES
 
 
+def test_the_stub_also_reads_the_fences_of_earlier_prompt_versions() -> None:
+    def old(label: str, text: str) -> str:
+        return f"<<<{label}_0123abcd>>>\n{text}\n<<<END_{label}_0123abcd>>>"
+
+    user = "\n".join(
+        [
+            "Current UTC time: 2026-12-01 09:30 UTC",
+            old("PROFILE", render_body(PROFILE)),
+            "Exchange 1 of 1, at 2026-12-01 09:02 UTC:",
+            old("USER_TEXT", "I live in Berlin."),
+            old("ASSISTANT_TEXT", "Nice city."),
+        ]
+    )
+    read = read_prompt(user)
+    assert read is not None
+    assert read[0].sections == PROFILE.sections
+    assert read[1] == EXCHANGES[1:]
+
+
 def test_the_stub_answers_each_call_in_the_form_the_service_parses() -> None:
     body = render_body(PROFILE)
     gate = stub_answer("gate", _body(gate_prompt(body, EXCHANGES, NOW)), COUNTER)
