@@ -110,7 +110,9 @@ def test_serve_on_the_development_secret_prints_a_working_development_token(
     env = run_env(database_url, tmp_path)  # no ENVIRONMENT, no JWT_SECRET: the built-in one
     with serving(env, tmp_path) as (port, output):
         printed = JWT_SHAPE.findall(output.read_text())
-        assert len(printed) == 1, output.read_text()[-3000:]
+        # one token, printed on its own line and in the link that opens alice's memory page
+        assert len(set(printed)) == 1, output.read_text()[-3000:]
+        assert f"/ui/memory#token={printed[0]}" in output.read_text()
         status, me = get(port, "/v1/me", printed[0])
     assert status == 200
     assert '"user_id":"alice"' in me
