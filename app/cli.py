@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -18,6 +20,9 @@ from app.config import PROJECT_ROOT, Settings, get_settings, to_asyncpg_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry
+
+logger = logging.getLogger("app.cli")
 
 OPENAPI_PATH = PROJECT_ROOT / "openapi.yaml"
 # What each process of `serve --workers N` (N > 1) imports and calls to build its app.
@@ -140,8 +145,31 @@ async def _run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with lifespan(create_app(settings)):
+    app = create_app(settings)
+    async with lifespan(app), _metrics_server(settings, app.state.metrics.registry):
         await stop.wait()
+
+
+@contextlib.asynccontextmanager
+async def _metrics_server(settings: Settings, registry: CollectorRegistry) -> AsyncIterator[None]:
+    """The standalone worker's `/metrics` (it serves no API): prometheus-client's own HTTP
+    server in a thread, on WORKER_METRICS_PORT when it is set."""
+    if not settings.worker_metrics_port:
+        yield
+        return
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    server, thread = start_http_server(
+        settings.worker_metrics_port, addr=settings.worker_metrics_host, registry=registry
+    )
+    host, port = server.server_address[:2]
+    logger.info("worker metrics on http://%s:%s/metrics", host, port)
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def _worker_check(settings: Settings) -> int:

@@ -144,6 +144,16 @@ class Settings(BaseSettings):
     job_batch_size: int = Field(default=10, ge=1)
     # touched by every idle worker poll; `worker --check` reads its age
     worker_heartbeat_file: Path = Path("/tmp/context-memory-worker.heartbeat")  # noqa: S108
+    worker_metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description=(
+            "`python -m app worker` serves its Prometheus metrics (queue, jobs, model calls) "
+            "at http://WORKER_METRICS_HOST:<port>/metrics; 0 serves none."
+        ),
+    )
+    worker_metrics_host: str = "127.0.0.1"
 
     @field_validator("jwt_algorithms", mode="before")
     @classmethod
