@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
@@ -30,14 +29,13 @@ from app.profiles.document import empty_profile, render_body
 from app.tokens import TokenCounter, TokenCounters
 from eval.corpus import load_corpus
 from tests.helpers.apps import AuthFactory
-from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, reply
 from tests.helpers.memory import put_memory, versions
 from tests.helpers.metrics import sample
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
-from tests.helpers.worker import add_bullet_answer, make_handler, make_worker
+from tests.helpers.worker import add_bullet_answer, run_one
 
 DOC = PROJECT_ROOT / "docs" / "model-cost.md"
 count = TokenCounter(None).count
@@ -140,13 +138,6 @@ def test_the_doc_states_each_static_prefix_and_its_length() -> None:
 # --- the calls a consolidation makes ------------------------------------------------------------
 
 
-async def run_claim(app: FastAPI, chat_model: OpenAIChatModel, **settings: Any) -> Any:
-    handler, metrics, _ = make_handler(app, chat_model, **settings)
-    claimed = await make_worker(app, handler, metrics).run_once()
-    assert claimed is not None
-    return await job_row(app, claimed.jobs[0].id), metrics
-
-
 @pytest.fixture
 async def memory_on(client: httpx.AsyncClient, auth: AuthFactory) -> None:
     await enable_company(client, auth)
@@ -163,7 +154,7 @@ async def test_chit_chat_is_a_noop_without_any_model_call(
     await queue_turn(client, auth, "Thanks, that helps!")
     await queue_turn(client, auth, "What does LGD stand for?", answer="Loss given default.")
 
-    job, metrics = await run_claim(app, chat_model)
+    job, metrics = await run_one(app, chat_model)
 
     assert (job.status, job.outcome) == ("succeeded", "noop")
     assert llm_stub.requests == []
@@ -182,7 +173,7 @@ async def test_with_the_prefilter_off_chit_chat_goes_to_the_gate(
     await queue_turn(client, auth, "Thanks, that helps!")
     llm_stub.script(reply("NOOP", tokens_in=300, tokens_out=2))
 
-    job, metrics = await run_claim(app, chat_model, consolidation_prefilter=False)
+    job, metrics = await run_one(app, chat_model, consolidation_prefilter=False)
 
     assert job.outcome == "noop"
     assert len(llm_stub.requests) == 1
@@ -204,7 +195,7 @@ async def test_a_fact_the_engine_reads_costs_one_call_on_the_space_model(
     answer = add_bullet_answer("Identity", "Works at Acme.")
     llm_stub.script(reply(answer, tokens_in=900, tokens_out=20))
 
-    job, metrics = await run_claim(app, chat_model)
+    job, metrics = await run_one(app, chat_model)
 
     assert job.outcome == "updated"
     (request,) = llm_stub.requests
@@ -231,7 +222,7 @@ async def test_the_gate_asks_the_gate_model_and_the_update_the_turns_model(
     await queue_turn(client, auth, UNREAD_FACT, model="big-model")
     llm_stub.script(reply("UPDATE", tokens_in=400, tokens_out=1), reply(ADD_RUST))
 
-    job, metrics = await run_claim(app, chat_model, llm_gate_model="small-model")
+    job, metrics = await run_one(app, chat_model, llm_gate_model="small-model")
 
     assert job.outcome == "updated"
     gate, operations = llm_stub.requests
@@ -263,7 +254,7 @@ async def test_an_answer_cut_off_at_the_first_limit_is_asked_once_more_at_the_ce
         reply(add_bullet_answer("Identity", "Works at Acme.")),
     )
 
-    job, metrics = await run_claim(app, chat_model)
+    job, metrics = await run_one(app, chat_model)
 
     assert job.outcome == "updated"
     first, second = (r.body["max_completion_tokens"] for r in llm_stub.requests)
@@ -285,7 +276,7 @@ async def test_an_invalid_answer_is_counted_by_kind(
     await queue_turn(client, auth, "I work at Acme.")
     llm_stub.script(reply(json.dumps({"decision": "MAYBE"})))
 
-    job, metrics = await run_claim(app, chat_model)
+    job, metrics = await run_one(app, chat_model)
 
     assert job.error_class == "invalid_model_output"
     assert sample(metrics, "model_calls_total", kind="operations", outcome="invalid") == 1

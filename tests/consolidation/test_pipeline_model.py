@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +29,7 @@ from tests.helpers.metrics import sample
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
-from tests.helpers.worker import make_handler, make_worker, wait_for
+from tests.helpers.worker import make_handler, make_worker, run_one, wait_for
 
 BASE_PROFILE = """# User Memory
 
@@ -64,13 +63,6 @@ async def seeded(client: httpx.AsyncClient, auth: AuthFactory) -> None:
     await enable_company(client, auth)
     await put_memory(client, auth, BASE_PROFILE)
     await queue_turn(client, auth, TURN)
-
-
-async def run_one(app: FastAPI, chat_model: OpenAIChatModel, **settings: Any) -> Any:
-    handler, metrics, _ = make_handler(app, chat_model, **settings)
-    claimed = await make_worker(app, handler, metrics).run_once()
-    assert claimed is not None
-    return await job_row(app, claimed.jobs[0].id), metrics
 
 
 @pytest.mark.usefixtures("seeded")

@@ -24,6 +24,7 @@ from app.llm import ChatModel
 from app.observability import Metrics
 from tests.helpers.apps import TEST_JWT_SECRET, make_settings
 from tests.helpers.db import database_of
+from tests.helpers.jobs import job_row
 
 
 def make_handler(
@@ -59,6 +60,15 @@ def make_worker(
         worker_id="test-worker",
     )
     return Worker(database_of(app).engine, dict.fromkeys(KINDS, handler), config, metrics)
+
+
+async def run_one(app: FastAPI, chat_model: ChatModel, **settings: Any) -> tuple[Any, Metrics]:
+    """One worker claim with a consolidation handler on `chat_model` (settings overridden by
+    `settings`): the claimed job's row afterwards, and the metrics it counted."""
+    handler, metrics, _ = make_handler(app, chat_model, **settings)
+    claimed = await make_worker(app, handler, metrics).run_once()
+    assert claimed is not None
+    return await job_row(app, claimed.jobs[0].id), metrics
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
