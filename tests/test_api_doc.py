@@ -16,21 +16,18 @@ import asyncio
 import os
 import re
 import shutil
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import make_url
 
 from app.auth import Principal, issue_token
 from app.config import PROJECT_ROOT
-from app.db import run_migrations
 from app.main import create_app
 from tests.helpers.apps import make_settings
-from tests.helpers.db import admin_execute
+from tests.helpers.db import scratch_database
 from tests.helpers.serving import served
 
 DOC = PROJECT_ROOT / "docs" / "api.md"
@@ -160,14 +157,8 @@ async def run_block(script: str, env: dict[str, str], cwd: Path) -> BlockRun:
 @pytest.fixture
 async def fresh_database_url(server_url: str) -> AsyncIterator[str]:
     """A database of its own, migrated to head: the doc runs top to bottom on empty tables."""
-    name = f"cms_apidoc_{uuid.uuid4().hex[:10]}"
-    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        await asyncio.to_thread(run_migrations, url)
+    async with scratch_database(server_url, "cms_apidoc") as url:
         yield url
-    finally:
-        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def test_every_example_answers_its_stated_status(

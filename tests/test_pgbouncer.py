@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,10 +16,10 @@ import psutil  # type: ignore[import-untyped]  # installed with pgserver; used h
 import pytest
 from sqlalchemy import make_url
 
-from app.db import create_database, run_migrations
+from app.db import create_database
 from app.profiles.document import Section
 from tests.helpers.apps import SPACE, AuthFactory, app_with, client_of, make_settings
-from tests.helpers.db import admin_execute
+from tests.helpers.db import scratch_database
 from tests.helpers.memory import ME, create
 from tests.helpers.pgbouncer import PgBouncer, pgbouncer_binary, running_pgbouncer
 from tests.helpers.profiles import memory_md
@@ -39,14 +38,8 @@ CONSOLIDATED = "Works as a data engineer."
 async def scratch_database_url(server_url: str) -> AsyncIterator[str]:
     """A migrated database of its own, so its server connections are PgBouncer's alone."""
     pgbouncer_binary()  # skip before creating anything
-    name = f"cms_pgbouncer_{uuid.uuid4().hex[:12]}"
-    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        await asyncio.to_thread(run_migrations, url)
+    async with scratch_database(server_url, "cms_pgbouncer") as url:
         yield url
-    finally:
-        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def backend_pids(server_url: str, database: str) -> frozenset[int]:

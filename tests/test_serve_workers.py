@@ -3,7 +3,6 @@ started and migrated once by the supervisor, and a signal stops every process an
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -13,19 +12,16 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]  # installed with pgserver; used here only
 import pytest
-from sqlalchemy import make_url
 
 from app.config import PROJECT_ROOT
-from app.db import run_migrations
 from tests.helpers.apps import TEST_JWT_SECRET
-from tests.helpers.db import admin_execute
+from tests.helpers.db import scratch_database
 
 START_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -154,14 +150,8 @@ def _running(process: psutil.Process) -> bool:
 @pytest.fixture
 async def scratch_database_url(server_url: str) -> AsyncIterator[str]:
     """A database of its own, migrated to head (the served processes do not migrate it)."""
-    name = f"cms_serve_{uuid.uuid4().hex[:12]}"
-    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        await asyncio.to_thread(run_migrations, url)
+    async with scratch_database(server_url, "cms_serve") as url:
         yield url
-    finally:
-        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.slow

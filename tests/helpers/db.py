@@ -3,8 +3,10 @@ scalars read back, and a recorder of the statements the app sends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg
@@ -12,7 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import event, make_url, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import Database
+from app.db import Database, run_migrations
 
 
 def _asyncpg_dsn(url: str) -> dict[str, Any]:
@@ -36,6 +38,20 @@ async def admin_execute(url: str, *statements: str) -> None:
             await conn.execute(statement)
     finally:
         await conn.close()
+
+
+@asynccontextmanager
+async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[str]:
+    """A database of its own on the server, migrated to head, dropped when the block ends;
+    yields its URL (for processes that do not migrate, or tests that need empty tables)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        await asyncio.to_thread(run_migrations, url)
+        yield url
+    finally:
+        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def admin_fetchval(url: str, query: str) -> Any:
