@@ -157,12 +157,12 @@ class ModelCalls:
         if gate and await self._gate_says_noop(gate_prompt(body, exchanges, now), usage):
             return []
         count = self.tokens.for_model(snapshot.model).count
-        user_tokens = [count(exchange.user) for exchange in exchanges]
         kind: CallKind = (
             "rewrite" if self.settings.consolidation_strategy == "rewrite" else "operations"
         )
         try:
             if kind == "rewrite":
+                user_tokens = [count(exchange.user) for exchange in exchanges]
                 limit = rewrite_limit(snapshot.budget, count(body), user_tokens)
                 prompt = rewrite_prompt(body, exchanges, now)
                 return await self._rewrite(snapshot, prompt, limit, usage)
