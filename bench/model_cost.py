@@ -37,7 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import asyncpg
 import httpx
@@ -53,6 +53,7 @@ from starlette.routing import Route
 
 from app.auth import Principal, issue_token
 from app.config import Settings, to_asyncpg_url
+from app.consolidation.prompts import STATIC_PREFIXES
 from app.consolidation.runner import BackgroundWorker
 from app.db import run_migrations
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
@@ -312,18 +313,16 @@ class Recorder:
     systems: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
+_KIND_OF_SYSTEM: Final = {system: kind for kind, system in STATIC_PREFIXES.items()}
+
+
 def call_kind(body: dict[str, Any]) -> str:
-    """The consolidation call a request is, from what it asks for."""
+    """The consolidation call a request is: its system message is that kind's static prefix
+    (`STATIC_PREFIXES`), byte for byte, or the request is not one the service sends."""
     system = str(body["messages"][0]["content"])
-    if body.get("response_format"):
-        return "operations"
-    if "UPDATE or NOOP" in system:
-        return "gate"
-    if "compress" in system:
-        return "condensation"
-    if "Rewrite it" in system:
-        return "rewrite"
-    raise RuntimeError("a request the bench cannot classify")
+    if system not in _KIND_OF_SYSTEM:
+        raise RuntimeError("a request whose system message is no static prefix of the service")
+    return _KIND_OF_SYSTEM[system]
 
 
 def turns_in(prompt: str) -> list[Turn]:
