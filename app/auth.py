@@ -1,19 +1,23 @@
 """Bearer-token authentication: the only importer of python-jose.
 
-Identity comes only from a verified token. Every decode pins the algorithm allowlist and
-requires `exp`, `aud`, `iss`, `sub` and `company_id`; any failure is the same opaque 401.
-A verified token is remembered until its `exp` (bounded LRU), so the orchestrator's two calls
-per turn do not verify the same signature again; a token that failed is never remembered.
+Identity comes only from a verified token. A token is routed to its verifier by `iss` before
+any signature work: a trusted OpenID issuer of AUTH_ISSUERS (keys from its JWKS, claims read
+with its paths, roles confined to what the issuer may grant), or the static development key
+(JWT_SECRET / JWT_PUBLIC_KEY with JWT_ISSUER). Every decode pins the algorithm and requires
+`exp`, `aud` and `iss`; any failure is the same opaque 401. A verified token is remembered until
+its `exp` (bounded LRU), so the orchestrator's two calls per turn do not verify the same
+signature again; a token that failed is never remembered.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -22,13 +26,32 @@ from jose.exceptions import JOSEError
 from pydantic import BaseModel
 
 from app.api_tags import USER
-from app.config import Settings
+from app.config import IssuerConfig, Settings
 from app.errors import Forbidden, NotFound, Unauthorized
+from app.jwks import JwkDict, KeyStore
 
 KNOWN_ROLES = frozenset({"space_admin", "operator"})
+PLATFORM_ROLE: Final = "operator"
 _REQUIRED_CLAIMS = ("exp", "aud", "iss", "sub", "company_id")
 _MAX_ID_LENGTH = 256  # user ids: the width of the user_id columns
 _MAX_COMPANY_ID_LENGTH = 128  # the width of the company_id columns
+# RFC 8725 3.10 / RFC 7515 4.1.11: a token may not say where its key is, carry its own key, or
+# require extensions this verifier does not know
+_REFUSED_HEADERS: Final = frozenset({"jku", "x5u", "jwk", "crit"})
+# algorithm -> (the JWK `kty` it needs, the JWK `crv` it needs)
+_KEY_TYPES: Final[dict[str, tuple[str, str | None]]] = {
+    "RS256": ("RSA", None),
+    "RS384": ("RSA", None),
+    "RS512": ("RSA", None),
+    "ES256": ("EC", "P-256"),
+    "ES384": ("EC", "P-384"),
+    "ES512": ("EC", "P-521"),
+}
+_MISSING: Final = object()
+
+RoleDropObserver = Callable[[str, str], None]
+"""Called with (issuer, role) for a role an issuer may not grant (`operator` of a company
+issuer), which the principal does not get."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +73,34 @@ class TokenVerifier:
     The cache is keyed by the SHA-256 of the token's exact bytes: a token that differs in any
     byte (another signature, another claim) is verified from scratch. Entries end at `exp`
     (the leeway is not extended to cached tokens) and the least recently used one is dropped
-    when the cache is full. Settings (keys, audience, issuer) are fixed for the life of the
-    verifier, so a cached answer is the answer `jwt.decode` would give again.
+    when the cache is full. Settings (keys, audiences, issuers) are fixed for the life of the
+    verifier, so a cached answer is the answer a decode would give again; a key that its
+    issuer withdraws does not end the tokens it signed before their `exp`.
     """
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        *,
+        keys: KeyStore | None = None,
+        on_role_dropped: RoleDropObserver | None = None,
+    ) -> None:
         self._algorithms = list(settings.jwt_algorithms)
         self._audience = settings.jwt_audience
         self._issuer = settings.jwt_issuer
         self._max_bytes = settings.jwt_max_token_bytes
         self._leeway = settings.jwt_leeway_seconds
-        self._hmac_key = settings.jwt_secret.get_secret_value()
+        self._hmac_key = (
+            settings.jwt_secret.get_secret_value() if settings.static_hmac_enabled else None
+        )
         self._public_key = (
             settings.jwt_public_key.get_secret_value() if settings.jwt_public_key else None
         )
+        self._issuers = {entry.issuer: entry for entry in settings.auth_issuers}
+        self._owned_companies = settings.owned_companies
+        self._keys = keys if keys is not None else KeyStore(settings)
+        self._on_role_dropped = on_role_dropped
         self._clock = clock
         self._cache_size = settings.jwt_cache_size
         self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
@@ -72,7 +109,11 @@ class TokenVerifier:
     def cached_tokens(self) -> int:
         return len(self._cache)
 
-    def verify(self, token: str) -> Principal:
+    @property
+    def keys(self) -> KeyStore:
+        return self._keys
+
+    async def verify(self, token: str) -> Principal:
         """Return the principal of a valid token; raise `Unauthorized` for anything else."""
         raw = token.encode()
         if len(raw) > self._max_bytes:
@@ -85,43 +126,183 @@ class TokenVerifier:
                 self._cache.move_to_end(key)
                 return principal
             del self._cache[key]
-        principal, expires_at = self._decode(token)
+        principal, expires_at = await self._decode(token)
         if self._cache_size and self._clock() < expires_at:
             self._cache[key] = (principal, expires_at)
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return principal
 
-    def _decode(self, token: str) -> tuple[Principal, float]:
-        """Verify the signature and the claims: (principal, exp)."""
+    async def _decode(self, token: str) -> tuple[Principal, float]:
+        """Route by `iss`, verify the signature and the claims: (principal, exp)."""
         if token.count(".") != 2:
-            raise Unauthorized  # oversized, or not a JWS compact token (a JWE has 5 segments)
+            raise Unauthorized  # not a JWS compact token (a JWE has 5 segments)
         try:
             header = jwt.get_unverified_header(token)
-            algorithm = header.get("alg")
-            if algorithm not in self._algorithms:
-                raise Unauthorized
-            key = self._hmac_key if str(algorithm).startswith("HS") else self._public_key
-            if key is None:
-                raise Unauthorized
-            claims = jwt.decode(
+            unverified = jwt.get_unverified_claims(token)
+        except (JOSEError, ValueError, TypeError, KeyError) as exc:
+            raise Unauthorized from exc
+        if not isinstance(header, dict) or _REFUSED_HEADERS & header.keys():
+            raise Unauthorized
+        if not isinstance(unverified, dict) or not _finite_times(unverified):
+            raise Unauthorized
+        algorithm = header.get("alg")
+        issuer = self._issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        if issuer is not None:
+            return await self._decode_issued(token, header, issuer)
+        if unverified.get("iss") != self._issuer or algorithm not in self._algorithms:
+            raise Unauthorized
+        key = self._hmac_key if str(algorithm).startswith("HS") else self._public_key
+        if key is None:
+            raise Unauthorized
+        claims = self._checked(token, key, str(algorithm), self._issuer, require_sub=True)
+        if not _has_audience(claims, (self._audience,)):
+            raise Unauthorized
+        principal = _principal_from_claims(claims)
+        if principal.company_id in self._owned_companies:
+            raise Unauthorized  # a company a trusted issuer owns accepts only that issuer
+        return principal, float(claims["exp"])
+
+    async def _decode_issued(
+        self, token: str, header: dict[str, Any], issuer: IssuerConfig
+    ) -> tuple[Principal, float]:
+        algorithm = header.get("alg")
+        if algorithm not in issuer.algorithms:  # asymmetric only: never HMAC from a JWKS
+            raise Unauthorized
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            raise Unauthorized
+        issuer_keys = self._keys.of(issuer.issuer)
+        if issuer_keys is None:
+            raise Unauthorized
+        candidates = [key for key in await issuer_keys.keys_for(kid) if _fits(key, str(algorithm))]
+        if len(candidates) != 1:
+            raise Unauthorized  # no key, or (without a kid) no single key to try
+        claims = self._checked(
+            token, dict(candidates[0]), str(algorithm), issuer.issuer, require_sub=False
+        )
+        if not _has_audience(claims, issuer.audiences):
+            raise Unauthorized
+        return self._principal_of_issuer(claims, issuer), float(claims["exp"])
+
+    def _checked(
+        self,
+        token: str,
+        key: str | dict[str, Any],
+        algorithm: str,
+        issuer: str,
+        *,
+        require_sub: bool,
+    ) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
                 token,
                 key,
                 algorithms=[algorithm],
-                audience=self._audience,
-                issuer=self._issuer,
+                issuer=issuer,
                 options={
+                    "verify_aud": False,  # checked by _has_audience: a list of audiences
                     "require_exp": True,
-                    "require_aud": True,
                     "require_iss": True,
-                    "require_sub": True,
+                    "require_sub": require_sub,
                     "require_nbf": False,
                     "leeway": self._leeway,
                 },
             )
-        except (JOSEError, ValueError, TypeError, KeyError) as exc:
+        except (JOSEError, ValueError, TypeError, KeyError, OverflowError) as exc:
             raise Unauthorized from exc
-        return _principal_from_claims(claims), float(claims["exp"])
+        return claims
+
+    def _principal_of_issuer(self, claims: dict[str, Any], issuer: IssuerConfig) -> Principal:
+        user = claim_at(claims, issuer.user_claim)
+        if issuer.company is not None:
+            company: object = issuer.company
+        else:
+            company = claim_at(claims, issuer.company_claim or "")
+            if company in self._owned_companies:
+                raise Unauthorized  # owned by another issuer's fixed company
+        if not _is_identifier(user) or not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
+            raise Unauthorized
+        roles = self._granted_roles(claims, issuer)
+        return Principal(user_id=str(user), company_id=str(company), roles=_shared(roles))
+
+    def _granted_roles(self, claims: dict[str, Any], issuer: IssuerConfig) -> frozenset[str]:
+        if issuer.roles_claim is None:
+            return frozenset()
+        names = role_names(claim_at(claims, issuer.roles_claim))
+        if names is None:
+            raise Unauthorized
+        granted: set[str]
+        if issuer.role_map is not None:
+            granted = {issuer.role_map[name] for name in names if name in issuer.role_map}
+        else:
+            granted = set(names) & KNOWN_ROLES
+        if PLATFORM_ROLE in granted and not issuer.platform:
+            granted.discard(PLATFORM_ROLE)
+            if self._on_role_dropped is not None:
+                self._on_role_dropped(issuer.issuer, PLATFORM_ROLE)
+        return frozenset(granted)
+
+
+def claim_at(claims: dict[str, Any], path: str) -> object:
+    """The claim at `path`: a key that is the whole path first (`urn:zitadel:...:roles`,
+    `https://example.com/roles`), else the dotted path through nested objects
+    (`realm_access.roles`); `None` when absent."""
+    if path in claims:
+        return claims[path]
+    node: object = claims
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def role_names(value: object) -> list[str] | None:
+    """The role names of a roles claim: a list of strings, an object whose keys are the roles,
+    or one string; none when absent; `None` for anything else (the token is refused)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [str(name) for name in value]
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return list(value)
+    return None
+
+
+def _fits(key: JwkDict, algorithm: str) -> bool:
+    """RFC 8725 3.1: the key must be one for this algorithm (type, curve, its own `alg`)."""
+    kty, crv = _KEY_TYPES[algorithm]
+    return (
+        key.get("kty") == kty
+        and (crv is None or key.get("crv") == crv)
+        and key.get("alg", algorithm) == algorithm
+    )
+
+
+def _finite_times(claims: dict[str, Any]) -> bool:
+    """`exp`, `nbf` and `iat`, where present, are finite numbers (`1e400` parses as infinity)."""
+    for name in ("exp", "nbf", "iat"):
+        value = claims.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        try:
+            if not math.isfinite(float(value)):
+                return False
+        except OverflowError:
+            return False
+    return True
+
+
+def _has_audience(claims: dict[str, Any], audiences: Iterable[str]) -> bool:
+    aud = claims.get("aud")
+    if isinstance(aud, str):
+        return aud in audiences
+    if isinstance(aud, list) and all(isinstance(item, str) for item in aud):
+        return not set(aud).isdisjoint(audiences)
+    return False
 
 
 def _principal_from_claims(claims: dict[str, Any]) -> Principal:
@@ -133,12 +314,15 @@ def _principal_from_claims(claims: dict[str, Any]) -> Principal:
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
         raise Unauthorized
-    known = frozenset(roles) & KNOWN_ROLES
-    return Principal(user_id=sub, company_id=company, roles=_ROLE_SETS.setdefault(known, known))
+    return Principal(user_id=sub, company_id=company, roles=_shared(frozenset(roles) & KNOWN_ROLES))
 
 
 # the few distinct role sets, shared by every cached principal
 _ROLE_SETS: dict[frozenset[str], frozenset[str]] = {}
+
+
+def _shared(roles: frozenset[str]) -> frozenset[str]:
+    return _ROLE_SETS.setdefault(roles, roles)
 
 
 def _is_identifier(value: object, max_length: int = _MAX_ID_LENGTH) -> bool:
@@ -200,10 +384,10 @@ _bearer_scheme = HTTPBearer(
 )
 
 
-def principal_of(request: Request) -> Principal:
+async def principal_of(request: Request) -> Principal:
     """The verified caller of `request` (401 for a missing, malformed or invalid token)."""
     verifier: TokenVerifier = request.app.state.token_verifier
-    return verifier.verify(_bearer_token(request))
+    return await verifier.verify(_bearer_token(request))
 
 
 async def current_principal(
@@ -211,7 +395,7 @@ async def current_principal(
     _documented: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
 ) -> Principal:
     """The verified caller. The header is parsed here, strictly; HTTPBearer only documents it."""
-    return principal_of(request)
+    return await principal_of(request)
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]

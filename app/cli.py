@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from app.config import PROJECT_ROOT, Settings, get_settings, to_asyncpg_url
+from app.config import PROJECT_ROOT, Settings, get_settings, is_loopback_host, to_asyncpg_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -203,6 +203,16 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     from app.observability import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)
+    development_secret = settings.uses_development_jwt_secret and settings.static_hmac_enabled
+    if development_secret and not is_loopback_host(host):
+        print(
+            f"refusing to serve on {host}: JWT_SECRET is the built-in development secret, "
+            "which anybody can read; set a real JWT_SECRET (or AUTH_ISSUERS outside "
+            "development), or bind 127.0.0.1",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
     processes = f"  processes: {workers}" if workers > 1 else ""
     print(
@@ -212,7 +222,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     print(
         f"Swagger UI: {base}/docs  ReDoc: {base}/redoc  memory page: {base}/ui/memory", flush=True
     )
-    if settings.uses_development_jwt_secret:
+    if development_secret:
         token = issue_token(
             settings,
             Principal("alice", "acme", frozenset(["space_admin", "operator"])),

@@ -5,17 +5,52 @@ Environment names marked "contract" are relied on by scripts and deployments; ke
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_JWT_SECRET = "dev-only-insecure-secret-change-me"  # noqa: S105 - refused outside development
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 Environment = Literal["development", "test", "production"]
+ServiceRole = Literal["space_admin", "operator"]
+IssuerAlgorithm = Literal["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
+
+
+class IssuerConfig(BaseModel):
+    """One trusted OpenID issuer of `AUTH_ISSUERS` (docs/identity.md).
+
+    Tokens whose `iss` is exactly `issuer` are verified with the keys of its JWKS and read with
+    its claim paths. A dotted path reaches nested claims (`realm_access.roles`); a claim whose
+    own name holds dots or colons is found as a whole key first.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = Field(min_length=1, max_length=2048)
+    jwks_uri: str | None = Field(default=None, max_length=2048)
+    audiences: list[str] = Field(min_length=1)
+    algorithms: list[IssuerAlgorithm] = Field(default=["RS256"], min_length=1)
+    company: str | None = Field(default=None, min_length=1, max_length=128)
+    company_claim: str | None = Field(default=None, min_length=1, max_length=256)
+    user_claim: str = Field(default="sub", min_length=1, max_length=256)
+    roles_claim: str | None = Field(default=None, min_length=1, max_length=256)
+    role_map: dict[str, ServiceRole] | None = None
+    platform: bool = False
+
+    @model_validator(mode="after")
+    def _one_company_source(self) -> IssuerConfig:
+        if (self.company is None) == (self.company_claim is None):
+            raise ValueError(f"issuer {self.issuer!r}: set exactly one of company, company_claim")
+        return self
+
+
 LlmProvider = Literal["auto", "openai", "rules"]
 ConsolidationStrategy = Literal["operations", "rewrite"]
 LogFormat = Literal["auto", "json", "text"]
@@ -82,6 +117,70 @@ class Settings(BaseSettings):
     jwt_leeway_seconds: int = Field(default=0, ge=0, le=300)
     # verified tokens remembered until their exp (~300 bytes each); 0 verifies every request
     jwt_cache_size: int = Field(default=100_000, ge=0)
+
+    # --- trusted OpenID issuers (docs/identity.md) ---------------------------------------------
+    auth_issuers: Annotated[list[IssuerConfig], NoDecode] = Field(
+        default=[],
+        description=(
+            "Trusted OpenID issuers: a JSON list, or `@path` to a file holding one. Tokens are "
+            "routed to their issuer by `iss` and verified with the keys of its JWKS."
+        ),
+    )
+    auth_resource_url: str | None = Field(
+        default=None,
+        max_length=300,
+        pattern=r"^https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?$",
+        description=(
+            "The service's public URL as its clients reach it, scheme, host and port only "
+            "(`https://memory.example`): the resource that `/.well-known/oauth-protected-"
+            "resource` describes (`<url>/mcp` for MCP) and the origin of the metadata URL a 401 "
+            "from `/mcp` names. Unset: each request's own scheme and Host header, which behind a "
+            "proxy that terminates TLS says `http://`; set it in production (docs/mcp.md)."
+        ),
+    )
+    auth_allow_http_issuers: bool = Field(
+        default=False,
+        description=(
+            "Accept `http://` issuer and JWKS URLs on hosts other than loopback (a provider "
+            "inside a private network); `https://` is required otherwise."
+        ),
+    )
+    auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    auth_jwks_refresh_interval_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description=(
+            "At most one JWKS fetch per issuer in this interval for tokens whose `kid` is "
+            "unknown, however many such tokens arrive."
+        ),
+    )
+    auth_jwks_cache_min_seconds: int = Field(default=60, ge=0)
+    auth_jwks_cache_max_seconds: int = Field(default=86_400, ge=1)
+    auth_jwks_cache_default_seconds: int = Field(
+        default=600, ge=0, description="Keys' lifetime when the JWKS sends no max-age."
+    )
+    auth_jwks_max_stale_seconds: int = Field(
+        default=86_400,
+        ge=60,
+        description=(
+            "Keys fetched longer ago than this (the provider unreachable since) make /readyz "
+            "answer 503; they are still used meanwhile."
+        ),
+    )
+
+    # --- the memory page's sign-in (authorization code flow with PKCE) ---------------------------
+    ui_oidc_issuer: str | None = None
+    ui_oidc_client_id: str | None = None
+    ui_oidc_scope: str = "openid"
+    ui_oidc_extra_params: Annotated[dict[str, str], NoDecode] = Field(
+        default={},
+        description=(
+            "Extra parameters of the authorization request as a JSON object, such as "
+            '`{"resource": "https://memory.example"}` or `{"audience": "context-memory"}`, '
+            "so that the provider issues an access token for this service."
+        ),
+    )
 
     # --- HTTP limits -------------------------------------------------------------------------
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
@@ -155,6 +254,33 @@ class Settings(BaseSettings):
     )
     worker_metrics_host: str = "127.0.0.1"
 
+    @field_validator("auth_issuers", mode="before")
+    @classmethod
+    def _read_issuers(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("@"):
+                text = Path(text[1:]).read_text(encoding="utf-8")
+            return json.loads(text) if text else []
+        return value
+
+    @field_validator("ui_oidc_extra_params", mode="before")
+    @classmethod
+    def _read_extra_params(cls, value: object) -> object:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("auth_issuers")
+    @classmethod
+    def _consistent_issuers(cls, value: list[IssuerConfig]) -> list[IssuerConfig]:
+        seen: set[str] = set()
+        for entry in value:
+            if entry.issuer in seen:
+                raise ValueError(f"AUTH_ISSUERS lists {entry.issuer!r} twice")
+            seen.add(entry.issuer)
+        return value
+
     @field_validator("jwt_algorithms", mode="before")
     @classmethod
     def _split_algorithms(cls, value: object) -> object:
@@ -173,6 +299,27 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_dev_secret_outside_development(self) -> Settings:
+        if self.jwt_issuer in {entry.issuer for entry in self.auth_issuers}:
+            raise ValueError("JWT_ISSUER must not be the issuer of an AUTH_ISSUERS entry")
+        if self.auth_jwks_cache_min_seconds > self.auth_jwks_cache_max_seconds:
+            raise ValueError("AUTH_JWKS_CACHE_MIN_SECONDS exceeds AUTH_JWKS_CACHE_MAX_SECONDS")
+        if (self.ui_oidc_issuer is None) != (self.ui_oidc_client_id is None):
+            raise ValueError("set both UI_OIDC_ISSUER and UI_OIDC_CLIENT_ID, or neither")
+        for entry in self.auth_issuers:
+            for url in (entry.issuer, entry.jwks_uri):
+                if url is not None and not _is_secure_url(url, self.auth_allow_http_issuers):
+                    raise ValueError(
+                        f"AUTH_ISSUERS: {url!r} must be https:// (http:// only on loopback, "
+                        "or with AUTH_ALLOW_HTTP_ISSUERS)"
+                    )
+        hmac = self.static_hmac_enabled and any(a.startswith("HS") for a in self.jwt_algorithms)
+        if hmac and len(self.jwt_secret.get_secret_value().encode()) < _MIN_HMAC_SECRET_BYTES:
+            raise ValueError(
+                f"JWT_SECRET must be at least {_MIN_HMAC_SECRET_BYTES} bytes for HS* "
+                "algorithms (RFC 7518 3.2)"
+            )
+        if self.auth_issuers and self.environment != "development":
+            return self._require_static_keys()
         if self.environment != "development" and self.uses_development_jwt_secret:
             raise ValueError(
                 "JWT_SECRET is the built-in development secret; "
@@ -183,6 +330,27 @@ class Settings(BaseSettings):
         ):
             raise ValueError("JWT_PUBLIC_KEY is required for RS*/ES* algorithms")
         return self
+
+    def _require_static_keys(self) -> Settings:
+        # With trusted issuers outside development, the built-in secret is never honoured:
+        # static HMAC tokens are simply off (static_hmac_enabled), not a start-up error.
+        if any(not alg.startswith("HS") for alg in self.jwt_algorithms) and not (
+            self.jwt_public_key
+        ):
+            raise ValueError("JWT_PUBLIC_KEY is required for RS*/ES* algorithms")
+        return self
+
+    @property
+    def static_hmac_enabled(self) -> bool:
+        """Static `HS*` tokens are verified: never with the built-in secret outside
+        development (with AUTH_ISSUERS set, that is how the static mode is switched off)."""
+        return not (self.environment != "development" and self.uses_development_jwt_secret)
+
+    @property
+    def owned_companies(self) -> frozenset[str]:
+        """Companies that an issuer of AUTH_ISSUERS owns by a fixed `company`: no token of
+        another issuer, and no static token, may act in them."""
+        return frozenset(entry.company for entry in self.auth_issuers if entry.company)
 
     @property
     def uses_embedded_database(self) -> bool:
@@ -199,6 +367,29 @@ class Settings(BaseSettings):
     def async_database_url(self) -> str | None:
         """DATABASE_URL normalised for SQLAlchemy's asyncpg dialect."""
         return to_asyncpg_url(self.database_url) if self.database_url else None
+
+
+_MIN_HMAC_SECRET_BYTES = 32
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _is_secure_url(url: str, allow_http: bool) -> bool:
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return False
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and (
+        allow_http or parts.hostname in _LOOPBACK_HOSTS or parts.hostname.startswith("127.")
+    )
+
+
+def is_loopback_host(host: str) -> bool:
+    """`serve --host` binds only this machine's loopback interface."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def to_asyncpg_url(url: str) -> str:

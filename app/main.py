@@ -27,8 +27,10 @@ from app.erasure import router as erasure_router
 from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
+from app.jwks import KeyStore
 from app.limits import BodySizeLimitMiddleware
-from app.mcp_server.endpoint import McpEndpoint, mcp_route
+from app.mcp_server.discovery import ResourceDiscovery
+from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
 from app.observability import Metrics, RequestContextMiddleware
 from app.profiles import router as profiles_router
 from app.profiles.versions import VersionPolicy
@@ -58,8 +60,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.database = database
     # the one tiktoken wrapper: loads the offline encoding now, not at the first request
     app.state.tokens = TokenCounters()
+    verifier: TokenVerifier = app.state.token_verifier
     worker: BackgroundWorker | None = None
     try:
+        await verifier.keys.open()  # the trusted issuers' keys, before the first request
         if settings.worker_enabled:
             worker = BackgroundWorker(
                 database,
@@ -80,6 +84,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if worker is not None:
             await worker.stop()
+        await verifier.keys.close()
         await database.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -109,7 +114,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.token_verifier = TokenVerifier(settings)
+    app.state.token_verifier = TokenVerifier(
+        settings,
+        keys=KeyStore(settings, on_fetch=metrics.observe_jwks_fetch),
+        on_role_dropped=metrics.observe_role_dropped,
+    )
     app.state.head_revision = head_revision()
 
     install_error_handlers(app)
@@ -144,8 +153,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs_router.router)
     app.include_router(explicit_router.router)
     app.include_router(conversations_router.router)
-    app.state.mcp = McpEndpoint()
+    discovery = ResourceDiscovery(settings, MCP_PATH)
+    app.state.mcp = McpEndpoint(discovery)
     app.router.routes.append(mcp_route(app.state.mcp))
+    app.router.routes.extend(discovery.routes())
     install_docs_pages(app)
     app.include_router(ui_router.router)
     return app

@@ -112,6 +112,12 @@ def configure_logging(level: str, log_format: str = "json") -> None:
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app instance)."""
 
+    def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
+        self.jwks_fetches.labels(issuer, outcome).inc()
+
+    def observe_role_dropped(self, issuer: str, role: str) -> None:
+        self.roles_dropped.labels(issuer, role).inc()
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.request_latency = Histogram(
@@ -120,6 +126,19 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.jwks_fetches = Counter(
+            "auth_jwks_fetches_total",
+            "JWKS fetches of the trusted issuers, by issuer and outcome (ok, error)",
+            ["issuer", "outcome"],
+            registry=self.registry,
+        )
+        self.roles_dropped = Counter(
+            "auth_roles_dropped_total",
+            "Roles in tokens that their issuer may not grant (operator from a company issuer), "
+            "by issuer and role; the caller does not get them",
+            ["issuer", "role"],
+            registry=self.registry,
         )
         self.database_unavailable = Counter(
             "database_unavailable_total",

@@ -55,6 +55,12 @@ async def readyz(request: Request) -> Readiness:
         if is_database_unavailable(exc):
             raise ServiceUnavailable("The database is unreachable.", headers=retry_after) from exc
         raise
+    stale = await request.app.state.token_verifier.keys.stale_issuers()
+    if stale:
+        raise ServiceUnavailable(
+            f"No keys fetched recently from the trusted issuer(s) {', '.join(stale)}.",
+            headers=retry_after,
+        )
     if revision != expected:
         raise ServiceUnavailable(
             f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",

@@ -34,61 +34,61 @@ def token(sub: str = "alice", ttl: int = 600) -> str:
     return issue_token(settings(), Principal(sub, "acme", frozenset()), ttl_seconds=ttl)
 
 
-def test_a_verified_token_is_answered_from_the_cache() -> None:
+async def test_a_verified_token_is_answered_from_the_cache() -> None:
     verifier = TokenVerifier(settings())
     tok = token()
-    first = verifier.verify(tok)
+    first = await verifier.verify(tok)
     assert first.user_id == "alice"
-    assert verifier.verify(tok) is first
+    assert await verifier.verify(tok) is first
     assert verifier.cached_tokens == 1
 
 
-def test_a_cached_token_expires_with_its_exp() -> None:
+async def test_a_cached_token_expires_with_its_exp() -> None:
     clock = Clock()
     verifier = TokenVerifier(settings(), clock=clock)
     tok = token(ttl=60)
-    cached = verifier.verify(tok)
+    cached = await verifier.verify(tok)
     clock.now += 30
-    assert verifier.verify(tok) is cached
+    assert await verifier.verify(tok) is cached
     clock.now += 31  # past exp by the verifier's clock: verified from scratch, not served
-    assert verifier.verify(tok) is not cached
+    assert await verifier.verify(tok) is not cached
 
 
-def test_a_token_that_fails_is_never_cached() -> None:
+async def test_a_token_that_fails_is_never_cached() -> None:
     verifier = TokenVerifier(settings())
     good = token()
     forged = good[:-2] + ("AA" if not good.endswith("AA") else "BB")
-    verifier.verify(good)
+    await verifier.verify(good)
     for _ in range(2):
         with pytest.raises(Unauthorized):
-            verifier.verify(forged)
+            await verifier.verify(forged)
     assert verifier.cached_tokens == 1
 
 
-def test_a_token_differing_in_one_byte_is_not_the_cached_one() -> None:
+async def test_a_token_differing_in_one_byte_is_not_the_cached_one() -> None:
     verifier = TokenVerifier(settings())
     good = token()
-    verifier.verify(good)
+    await verifier.verify(good)
     header, _, signature = good.split(".")
     other_claims = issue_token(settings(), Principal("mallory", "acme", frozenset())).split(".")[1]
     with pytest.raises(Unauthorized):
-        verifier.verify(f"{header}.{other_claims}.{signature}")
+        await verifier.verify(f"{header}.{other_claims}.{signature}")
 
 
-def test_the_cache_keeps_the_most_recently_used_tokens() -> None:
+async def test_the_cache_keeps_the_most_recently_used_tokens() -> None:
     verifier = TokenVerifier(settings(jwt_cache_size=2))
     a, b, c = token("a"), token("b"), token("c")
-    principal_a = verifier.verify(a)
-    principal_b = verifier.verify(b)
-    assert verifier.verify(a) is principal_a  # a is now the most recent
-    verifier.verify(c)  # evicts b, the least recently used
+    principal_a = await verifier.verify(a)
+    principal_b = await verifier.verify(b)
+    assert await verifier.verify(a) is principal_a  # a is now the most recent
+    await verifier.verify(c)  # evicts b, the least recently used
     assert verifier.cached_tokens == 2
-    assert verifier.verify(a) is principal_a
-    assert verifier.verify(b) is not principal_b
+    assert await verifier.verify(a) is principal_a
+    assert await verifier.verify(b) is not principal_b
 
 
-def test_a_cache_size_of_zero_verifies_every_time() -> None:
+async def test_a_cache_size_of_zero_verifies_every_time() -> None:
     verifier = TokenVerifier(settings(jwt_cache_size=0))
     tok = token()
-    assert verifier.verify(tok) is not verifier.verify(tok)
+    assert await verifier.verify(tok) is not (await verifier.verify(tok))
     assert verifier.cached_tokens == 0

@@ -61,7 +61,7 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # 401 (problem+json, like every route) before the SDK sees a byte of the request
-        principal = principal_of(Request(scope))
+        principal = await principal_of(Request(scope))
         sessions = self._sessions
         if sessions is None:
             raise ServiceUnavailable("The MCP server is not running.")

@@ -63,7 +63,7 @@ async def _idempotency_key(
 
 
 async def _principal(request: Request) -> Principal:
-    return principal_of(request)
+    return await principal_of(request)
 
 
 class TurnRoute(LeanRoute):
