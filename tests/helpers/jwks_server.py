@@ -24,7 +24,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jose import jwk, jwt
 
 AUDIENCE = "context-memory"
-_CURVES = {"ES256": ec.SECP256R1, "ES384": ec.SECP384R1, "ES512": ec.SECP521R1}
+_CURVES: dict[str, ec.EllipticCurve] = {
+    "ES256": ec.SECP256R1(),
+    "ES384": ec.SECP384R1(),
+    "ES512": ec.SECP521R1(),
+}
 
 
 @dataclass
@@ -42,7 +46,7 @@ class SigningKey:
         if alg.startswith("RS"):
             private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         else:
-            private = ec.generate_private_key(_CURVES[alg]())
+            private = ec.generate_private_key(_CURVES[alg])
         private_pem = private.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
