@@ -2,7 +2,7 @@
 
 The packages depend one way, bottom to top; a module imports only from its own layer or below:
 
-1. infrastructure: the top-level modules (config, errors, db, auth, tokens, llm, limits,
+1. infrastructure: the top-level modules (config, errors, db, auth, jwks, tokens, llm, limits,
    pagination, observability, lean_routes, embedded_pg, operations, contract,
    api_tags, docs_pages); they import no package.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "errors",
         "db",
         "auth",
+        "jwks",
         "tokens",
         "llm",
         "limits",
