@@ -83,8 +83,9 @@ async def seed(app: Any, client: httpx.AsyncClient, headers: dict[str, str]) -> 
     async with app.state.database.sessionmaker() as session, session.begin():
         await session.execute(
             text(
-                "INSERT INTO company_feature_flags (company_id, flag, enabled, updated_by)"
-                " VALUES (:c, :f, true, 'bench')"
+                "INSERT INTO company_feature_flags"
+                " (company_id, flag, enabled, updated_by_company_id, updated_by)"
+                " VALUES (:c, :f, true, :c, 'bench')"
             ),
             {"c": COMPANY, "f": FLAG_CONTEXT_MEMORY},
         )

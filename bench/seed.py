@@ -389,8 +389,9 @@ async def _seed_company(url: str, settings: Settings, company: str) -> None:
         async with database.sessionmaker() as session, session.begin():
             await session.execute(
                 text(
-                    "INSERT INTO company_feature_flags (company_id, flag, enabled, updated_by)"
-                    " VALUES (:c, :f, true, 'bench')"
+                    "INSERT INTO company_feature_flags"
+                    " (company_id, flag, enabled, updated_by_company_id, updated_by)"
+                    " VALUES (:c, :f, true, :c, 'bench')"
                 ),
                 {"c": company, "f": FLAG_CONTEXT_MEMORY},
             )

@@ -1,5 +1,6 @@
 """The migrations are the schema: `alembic check` finds nothing to autogenerate against a
-database they built, they downgrade cleanly, and revision files carry dated names."""
+database they built, they downgrade cleanly (a data-moving revision with its rows), and
+revision files carry dated names."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from alembic import command
 from sqlalchemy import make_url
 
 from app.db import alembic_config, migrations_dir, run_migrations
-from tests.helpers.db import admin_execute
+from tests.helpers.db import admin_execute, admin_fetchval
 
 
 async def test_alembic_check_is_clean(database_url: str) -> None:
@@ -28,6 +29,67 @@ async def test_upgrade_downgrade_upgrade(server_url: str) -> None:
         await asyncio.to_thread(command.downgrade, alembic_config(url), "base")
         await asyncio.to_thread(run_migrations, url)
         await asyncio.to_thread(command.check, alembic_config(url))
+    finally:
+        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+ACTOR_COMPANY_COLUMNS = (
+    "SELECT array_agg(table_name || '.' || column_name || ' ' || is_nullable ORDER BY table_name)"
+    " FROM information_schema.columns"
+    " WHERE column_name IN ('actor_company_id', 'updated_by_company_id')"
+)
+
+
+async def test_actors_get_their_rows_company_on_upgrade_and_lose_it_on_downgrade(
+    server_url: str,
+) -> None:
+    """0003 backfills the actor's company of existing rows with the row's own company (the best
+    value there is) and makes it required; its downgrade drops it and keeps the rows."""
+    name = f"cms_mig_{uuid.uuid4().hex[:10]}"
+    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+    async def actors(table: str, actor: str) -> list[str]:
+        """`company:actor` of each row, by company."""
+        by_company = f"array_agg(company_id || ':' || {actor} ORDER BY company_id)"
+        query = f"SELECT {by_company} FROM {table}"  # noqa: S608 - the test's own literals
+        return list(await admin_fetchval(url, query))
+
+    try:
+        await asyncio.to_thread(run_migrations, url, "0002")
+        await admin_execute(
+            url,
+            "INSERT INTO audit_events (company_id, actor_id, action, target_kind, target_id)"
+            " VALUES ('acme', 'alice', 'feature_flag.set', 'feature_flag', 'F'),"
+            " ('other', 'olga', 'space_settings.update', 'space', 's')",
+            "INSERT INTO company_feature_flags (company_id, flag, enabled, updated_by)"
+            " VALUES ('acme', 'F', true, 'alice'), ('other', 'F', false, 'olga')",
+            "INSERT INTO space_settings (company_id, space_id, updated_by)"
+            " VALUES ('acme', 's', 'sam'), ('other', 's', 'olga')",
+        )
+
+        await asyncio.to_thread(run_migrations, url, "0003")
+        editor = "updated_by_company_id || '/' || updated_by"
+        assert await actors("audit_events", "actor_company_id || '/' || actor_id") == [
+            "acme:acme/alice",
+            "other:other/olga",
+        ]
+        assert await actors("company_feature_flags", editor) == [
+            "acme:acme/alice",
+            "other:other/olga",
+        ]
+        assert await actors("space_settings", editor) == ["acme:acme/sam", "other:other/olga"]
+        assert list(await admin_fetchval(url, ACTOR_COMPANY_COLUMNS)) == [
+            "audit_events.actor_company_id NO",
+            "company_feature_flags.updated_by_company_id NO",
+            "space_settings.updated_by_company_id NO",
+        ]
+
+        await asyncio.to_thread(command.downgrade, alembic_config(url), "0002")
+        assert await admin_fetchval(url, ACTOR_COMPANY_COLUMNS) is None
+        assert await actors("audit_events", "actor_id") == ["acme:alice", "other:olga"]
+        assert await actors("company_feature_flags", "updated_by") == ["acme:alice", "other:olga"]
+        assert await actors("space_settings", "updated_by") == ["acme:sam", "other:olga"]
     finally:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

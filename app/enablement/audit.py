@@ -1,7 +1,8 @@
 """The audit log of settings changes: record an event in the caller's transaction, list them,
 and what an erasure leaves of it.
 
-An event holds who, when, what and old -> new of the changed fields only; never memory content.
+An event holds who (the actor's company and user id), when, what and old -> new of the changed
+fields only; never memory content.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Final
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth import Principal
 from app.enablement.models import AuditEvent
 
 JsonObject = Mapping[str, object]
@@ -26,9 +28,24 @@ ERASED_ACTOR: Final = "erased-user"
 
 
 @dataclass(frozen=True)
+class Actor:
+    """Who changed something: a user of a company. A user id names a person only together with
+    its company (an operator of one company changes the settings of others)."""
+
+    company_id: str
+    user_id: str
+
+    @classmethod
+    def of(cls, principal: Principal) -> Actor:
+        """The caller, as the verified token names them."""
+        return cls(principal.company_id, principal.user_id)
+
+
+@dataclass(frozen=True)
 class AuditRecord:
     id: int
     occurred_at: datetime
+    actor_company_id: str
     actor_id: str
     action: str
     target_kind: str
@@ -41,7 +58,7 @@ class AuditRecord:
 class AuditEntry:
     """One event to record: who did what to which target, and the changed fields' values."""
 
-    actor_id: str
+    actor: Actor
     action: str
     target_kind: str
     target_id: str
@@ -73,7 +90,8 @@ async def record_event(session: AsyncSession, company_id: str, entry: AuditEntry
     await session.execute(
         insert(AuditEvent).values(
             company_id=company_id,
-            actor_id=entry.actor_id,
+            actor_company_id=entry.actor.company_id,
+            actor_id=entry.actor.user_id,
             action=entry.action,
             target_kind=entry.target_kind,
             target_id=entry.target_id,
@@ -91,6 +109,7 @@ async def select_events(
         select(
             AuditEvent.id,
             AuditEvent.occurred_at,
+            AuditEvent.actor_company_id,
             AuditEvent.actor_id,
             AuditEvent.action,
             AuditEvent.target_kind,
@@ -105,18 +124,13 @@ async def select_events(
     if before_id is not None:
         statement = statement.where(AuditEvent.id < before_id)
     rows = (await session.execute(statement)).all()
-    return [
-        AuditRecord(
-            r.id, r.occurred_at, r.actor_id, r.action, r.target_kind, r.target_id, r.old, r.new
-        )
-        for r in rows
-    ]
+    return [AuditRecord(*row) for row in rows]
 
 
 @dataclass(frozen=True)
 class AuditErasure:
     deleted: int  # events about the user (their setting, their memory's deletion)
-    anonymised: int  # events the user caused on the company's flags and spaces
+    anonymised: int  # events the user caused on flags and spaces, in any company's log
 
 
 async def erase_user_events(session: AsyncSession, company_id: str, user_id: str) -> AuditErasure:
@@ -124,8 +138,10 @@ async def erase_user_events(session: AsyncSession, company_id: str, user_id: str
     name `ERASED_ACTOR` instead of the user in the events they caused on other targets (the
     company keeps what changed in its flags and spaces, and when, but not who changed it).
 
-    `actor_id` carries no company: an operator of another company with the same id would be
-    anonymised too. Identities are (company, id) pairs; such a collision is not expected.
+    The user's events are those whose actor is (`company_id`, `user_id`), both matching: an
+    operator of another company with the same user id keeps their events, and the user's own
+    changes of other companies' flags (as an operator) are anonymised in those companies' logs
+    too. The actor's company stays: it names no person.
     """
     kept = AuditEvent.action != USER_ERASED
     about_user = and_(AuditEvent.target_kind == "user", AuditEvent.target_id == user_id)
@@ -134,9 +150,10 @@ async def erase_user_events(session: AsyncSession, company_id: str, user_id: str
         .where(AuditEvent.company_id == company_id, about_user, kept)
         .returning(AuditEvent.id)
     )
+    by_user = and_(AuditEvent.actor_company_id == company_id, AuditEvent.actor_id == user_id)
     anonymised = await session.execute(
         update(AuditEvent)
-        .where(AuditEvent.company_id == company_id, AuditEvent.actor_id == user_id, kept)
+        .where(by_user, kept)
         .values(actor_id=ERASED_ACTOR)
         .returning(AuditEvent.id)
     )

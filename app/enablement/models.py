@@ -24,6 +24,8 @@ class CompanyFeatureFlag(Base):
     flag: Mapped[str] = mapped_column(String(128), primary_key=True)
     enabled: Mapped[bool]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # who changed it last, as (company, user): operators change other companies' flags
+    updated_by_company_id: Mapped[str] = mapped_column(String(128))
     updated_by: Mapped[str] = mapped_column(String(256))
 
 
@@ -48,6 +50,7 @@ class SpaceSettings(Base):
     )
     max_tokens: Mapped[int] = mapped_column(server_default=text(str(DEFAULT_MAX_TOKENS)))
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_by_company_id: Mapped[str] = mapped_column(String(128))
     updated_by: Mapped[str] = mapped_column(String(256))
 
 
@@ -61,14 +64,22 @@ class UserSettings(Base):
 
 
 class AuditEvent(Base):
-    """Who changed what, when, old -> new; never memory content."""
+    """Who changed what, when, old -> new; never memory content.
+
+    The actor is (`actor_company_id`, `actor_id`): a user id means something only within its
+    company, and an operator's events live in the log of the company they changed.
+    """
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index("ix_audit_events_company_id_id_desc", "company_id", text("id DESC")),)
+    __table_args__ = (
+        Index("ix_audit_events_company_id_id_desc", "company_id", text("id DESC")),
+        Index("ix_audit_events_actor", "actor_company_id", "actor_id"),  # the erasure's lookup
+    )
 
     company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
     occurred_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    actor_company_id: Mapped[str] = mapped_column(String(128))
     actor_id: Mapped[str] = mapped_column(String(256))
     action: Mapped[str] = mapped_column(String(64))
     target_kind: Mapped[str] = mapped_column(String(32))

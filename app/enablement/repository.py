@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
+from app.enablement.audit import Actor
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
     FLAG_CONTEXT_MEMORY,
@@ -35,6 +36,7 @@ class FlagRecord:
     flag: str
     enabled: bool
     updated_at: datetime
+    updated_by_company_id: str
     updated_by: str
 
 
@@ -56,6 +58,7 @@ class SpaceRecord:
     user_memory: UserMemoryConfig = field(default_factory=UserMemoryConfig)
     saved: bool = False
     updated_at: datetime | None = None
+    updated_by_company_id: str | None = None
     updated_by: str | None = None
 
     @property
@@ -81,41 +84,51 @@ async def select_flags(session: AsyncSession, company_id: str) -> list[FlagRecor
         CompanyFeatureFlag.flag,
         CompanyFeatureFlag.enabled,
         CompanyFeatureFlag.updated_at,
+        CompanyFeatureFlag.updated_by_company_id,
         CompanyFeatureFlag.updated_by,
     ).where(CompanyFeatureFlag.company_id == company_id)
     rows = (await session.execute(statement)).all()
-    return [FlagRecord(r.flag, r.enabled, r.updated_at, r.updated_by) for r in rows]
+    return [FlagRecord(*row) for row in rows]
 
 
 async def lock_flag(session: AsyncSession, company_id: str, flag: str) -> FlagRecord | None:
     """The flag as stored (None when never set), row-locked until the transaction ends."""
     statement = (
         select(
-            CompanyFeatureFlag.enabled, CompanyFeatureFlag.updated_at, CompanyFeatureFlag.updated_by
+            CompanyFeatureFlag.flag,
+            CompanyFeatureFlag.enabled,
+            CompanyFeatureFlag.updated_at,
+            CompanyFeatureFlag.updated_by_company_id,
+            CompanyFeatureFlag.updated_by,
         )
         .where(CompanyFeatureFlag.company_id == company_id, CompanyFeatureFlag.flag == flag)
         .with_for_update()
     )
     row = (await session.execute(statement)).first()
-    return None if row is None else FlagRecord(flag, row.enabled, row.updated_at, row.updated_by)
+    return None if row is None else FlagRecord(*row)
 
 
 async def upsert_flag(
-    session: AsyncSession, company_id: str, flag: str, enabled: bool, actor_id: str
+    session: AsyncSession, company_id: str, flag: str, enabled: bool, editor: Actor
 ) -> FlagRecord:
     values = insert(CompanyFeatureFlag).values(
-        company_id=company_id, flag=flag, enabled=enabled, updated_by=actor_id
+        company_id=company_id,
+        flag=flag,
+        enabled=enabled,
+        updated_by_company_id=editor.company_id,
+        updated_by=editor.user_id,
     )
     statement = values.on_conflict_do_update(
         index_elements=[CompanyFeatureFlag.company_id, CompanyFeatureFlag.flag],
         set_={
             "enabled": values.excluded.enabled,
+            "updated_by_company_id": values.excluded.updated_by_company_id,
             "updated_by": values.excluded.updated_by,
             "updated_at": func.now(),
         },
     ).returning(CompanyFeatureFlag.updated_at)
     updated_at = (await session.execute(statement)).scalar_one()
-    return FlagRecord(flag, enabled, updated_at, actor_id)
+    return FlagRecord(flag, enabled, updated_at, editor.company_id, editor.user_id)
 
 
 # --- space settings -----------------------------------------------------------------------------
@@ -127,6 +140,7 @@ _SPACE_COLUMNS = (
     SpaceSettings.language_model,
     SpaceSettings.max_tokens,
     SpaceSettings.updated_at,
+    SpaceSettings.updated_by_company_id,
     SpaceSettings.updated_by,
 )
 
@@ -153,28 +167,30 @@ async def select_space(
         ),
         saved=True,
         updated_at=row.updated_at,
+        updated_by_company_id=row.updated_by_company_id,
         updated_by=row.updated_by,
     )
 
 
-def _space_values(space: SpaceRecord, actor_id: str) -> dict[str, object]:
+def _space_values(space: SpaceRecord, editor: Actor) -> dict[str, object]:
     return {
         "context_memory": space.context_memory,
         "web_search": space.web_search,
         "use_orchestrator_language_model": space.user_memory.use_orchestrator_language_model,
         "language_model": space.user_memory.language_model,
         "max_tokens": space.user_memory.max_tokens,
-        "updated_by": actor_id,
+        "updated_by_company_id": editor.company_id,
+        "updated_by": editor.user_id,
     }
 
 
 async def insert_space(
-    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, actor_id: str
+    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, editor: Actor
 ) -> datetime | None:
     """Save a space for the first time; None when a concurrent request saved it first."""
     statement = (
         insert(SpaceSettings)
-        .values(company_id=company_id, space_id=space_id, **_space_values(space, actor_id))
+        .values(company_id=company_id, space_id=space_id, **_space_values(space, editor))
         .on_conflict_do_nothing(index_elements=[SpaceSettings.company_id, SpaceSettings.space_id])
         .returning(SpaceSettings.updated_at)
     )
@@ -182,12 +198,12 @@ async def insert_space(
 
 
 async def update_space(
-    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, actor_id: str
+    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, editor: Actor
 ) -> datetime:
     statement = (
         update(SpaceSettings)
         .where(*_space_key(company_id, space_id))
-        .values(**_space_values(space, actor_id), updated_at=func.now())
+        .values(**_space_values(space, editor), updated_at=func.now())
         .returning(SpaceSettings.updated_at)
         .execution_options(synchronize_session=False)
     )
@@ -240,13 +256,14 @@ async def delete_user_setting(session: AsyncSession, company_id: str, user_id: s
 async def anonymise_editor(
     session: AsyncSession, company_id: str, user_id: str, marker: str
 ) -> int:
-    """Erasure: the company's flags and space settings last changed by the user keep their
-    values but name `marker` as `updated_by`; returns how many rows."""
+    """Erasure: the flags and space settings last changed by the user (`updated_by_company_id`
+    and `updated_by` both matching, in any company: operators change other companies' flags)
+    keep their values but name `marker` as `updated_by`; returns how many rows."""
     changed = 0
     for table in (CompanyFeatureFlag, SpaceSettings):
         result = await session.execute(
             update(table)
-            .where(table.company_id == company_id, table.updated_by == user_id)
+            .where(table.updated_by_company_id == company_id, table.updated_by == user_id)
             .values(updated_by=marker)
             .returning(table.company_id)
         )

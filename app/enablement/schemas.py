@@ -21,7 +21,7 @@ from pydantic import (
 
 from app.contract import WHOLE_NUMBER
 from app.conversations.schemas import ModelName
-from app.enablement.audit import AuditRecord
+from app.enablement.audit import ERASED_ACTOR, AuditRecord
 from app.enablement.decision import Decision, SwitchState
 from app.enablement.models import MAX_MAX_TOKENS, MIN_MAX_TOKENS
 from app.enablement.repository import UserMemoryConfig
@@ -30,6 +30,10 @@ from app.pagination import Page
 if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
     from app.enablement.service import FeatureFlag, SpaceView
 
+
+# who last changed a flag or a space: a person is (company, user id), as in the audit log
+EDITOR_COMPANY = "The company of whoever changed it last (for an operator, their own company)."
+EDITOR = f"Whoever changed it last, a user id of that company; `{ERASED_ACTOR}` once erased."
 
 # the name a turn may give (`ModelName`: 1..128 printable ASCII, no spaces), so a space never
 # stores a model name the turn API would refuse, and the schema states the whole rule
@@ -78,7 +82,8 @@ class FeatureFlagOut(BaseModel):
     flag: str
     enabled: bool = Field(description="A flag that was never set is off.")
     updated_at: datetime | None
-    updated_by: str | None
+    updated_by_company_id: str | None = Field(description=EDITOR_COMPANY)
+    updated_by: str | None = Field(description=EDITOR)
 
     @classmethod
     def of(cls, flag: FeatureFlag) -> FeatureFlagOut:
@@ -168,7 +173,8 @@ class SpaceSettingsOut(BaseModel):
     switch: SwitchOut
     decision: DecisionOut = Field(description="Company and space conditions (no user's).")
     updated_at: datetime | None
-    updated_by: str | None
+    updated_by_company_id: str | None = Field(description=EDITOR_COMPANY)
+    updated_by: str | None = Field(description=EDITOR)
 
     @classmethod
     def of(cls, view: SpaceView) -> SpaceSettingsOut:
@@ -182,6 +188,7 @@ class SpaceSettingsOut(BaseModel):
             switch=SwitchOut.of(view.switch),
             decision=DecisionOut.of(view.decision, view.decision_reason),
             updated_at=space.updated_at,
+            updated_by_company_id=space.updated_by_company_id,
             updated_by=space.updated_by,
         )
 
@@ -192,7 +199,14 @@ class SpaceSettingsOut(BaseModel):
 class AuditEventOut(BaseModel):
     id: int
     occurred_at: datetime
-    actor_id: str
+    actor_company_id: str = Field(
+        description="The actor's company; an operator's events name their own company, not the "
+        "one whose log this is."
+    )
+    actor_id: str = Field(
+        description=f"The actor's user id within `actor_company_id`; `{ERASED_ACTOR}` once that "
+        "user was erased."
+    )
     action: str
     target_kind: str
     target_id: str

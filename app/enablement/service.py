@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
 from app.enablement import audit, repository
-from app.enablement.audit import AuditRecord, changed_fields
+from app.enablement.audit import Actor, AuditRecord, changed_fields
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
     FLAG_CONTEXT_MEMORY,
@@ -69,21 +69,27 @@ class FeatureFlag:
     flag: str
     enabled: bool = False
     updated_at: datetime | None = None
+    updated_by_company_id: str | None = None
     updated_by: str | None = None
+
+    @classmethod
+    def of(cls, record: repository.FlagRecord) -> FeatureFlag:
+        return cls(
+            record.flag,
+            record.enabled,
+            record.updated_at,
+            record.updated_by_company_id,
+            record.updated_by,
+        )
 
 
 async def list_feature_flags(session: AsyncSession, company_id: str) -> list[FeatureFlag]:
     """Every known flag of the company, in a stable order; a flag never set is off."""
     stored = {r.flag: r for r in await repository.select_flags(session, company_id)}
-    flags = []
-    for name in KNOWN_FLAGS:
-        record = stored.get(name)
-        flags.append(
-            FeatureFlag(name)
-            if record is None
-            else FeatureFlag(name, record.enabled, record.updated_at, record.updated_by)
-        )
-    return flags
+    return [
+        FeatureFlag(name) if name not in stored else FeatureFlag.of(stored[name])
+        for name in KNOWN_FLAGS
+    ]
 
 
 async def set_feature_flag(
@@ -97,15 +103,14 @@ async def set_feature_flag(
     stored = await repository.lock_flag(session, company_id, flag)
     current = stored is not None and stored.enabled
     if current == enabled:
-        if stored is None:
-            return FeatureFlag(flag)
-        return FeatureFlag(flag, stored.enabled, stored.updated_at, stored.updated_by)
-    saved = await repository.upsert_flag(session, company_id, flag, enabled, actor.user_id)
+        return FeatureFlag(flag) if stored is None else FeatureFlag.of(stored)
+    editor = Actor.of(actor)
+    saved = await repository.upsert_flag(session, company_id, flag, enabled, editor)
     await audit.record_event(
         session,
         company_id,
         audit.AuditEntry(
-            actor_id=actor.user_id,
+            actor=editor,
             action="feature_flag.set",
             target_kind="feature_flag",
             target_id=flag,
@@ -113,7 +118,7 @@ async def set_feature_flag(
             new={"enabled": enabled},
         ),
     )
-    return FeatureFlag(flag, saved.enabled, saved.updated_at, saved.updated_by)
+    return FeatureFlag.of(saved)
 
 
 async def _company_flags(session: AsyncSession, company_id: str) -> CompanyFlags:
@@ -227,7 +232,7 @@ async def update_space(
 async def _save_space(
     session: AsyncSession, actor: Principal, space_id: str, flags: CompanyFlags, patch: SpacePatch
 ) -> SpaceRecord:
-    company_id = actor.company_id
+    company_id, editor = actor.company_id, Actor.of(actor)
     # Two rounds at most: a first save that loses the insert race re-reads the winner's row.
     for _ in range(2):
         stored = await repository.select_space(session, company_id, space_id, for_update=True)
@@ -238,20 +243,16 @@ async def _save_space(
         if not new:
             return before
         if stored is None:
-            updated_at = await repository.insert_space(
-                session, company_id, space_id, after, actor.user_id
-            )
+            updated_at = await repository.insert_space(session, company_id, space_id, after, editor)
             if updated_at is None:
                 continue
         else:
-            updated_at = await repository.update_space(
-                session, company_id, space_id, after, actor.user_id
-            )
+            updated_at = await repository.update_space(session, company_id, space_id, after, editor)
         await audit.record_event(
             session,
             company_id,
             audit.AuditEntry(
-                actor_id=actor.user_id,
+                actor=editor,
                 action="space_settings.update",
                 target_kind="space",
                 target_id=space_id,
@@ -259,7 +260,13 @@ async def _save_space(
                 new=new,
             ),
         )
-        return replace(after, saved=True, updated_at=updated_at, updated_by=actor.user_id)
+        return replace(
+            after,
+            saved=True,
+            updated_at=updated_at,
+            updated_by_company_id=editor.company_id,
+            updated_by=editor.user_id,
+        )
     raise Conflict("The space settings changed while saving; retry the request.")
 
 

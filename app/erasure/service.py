@@ -3,9 +3,11 @@ caller, deleted in the request's one transaction.
 
 Deleted: the profile with its versions, the memory.md row and the folder `user-memory/<user_id>`
 with its ACL; every chat (turns and messages); every job, finished ones included; every
-idempotency record; the stored setting; the audit events about the user. Anonymised (the company's
-records, not the user's): the audit events the user caused on company flags and spaces, and
-`updated_by` of the flags and spaces the user changed last, now naming `audit.ERASED_ACTOR`.
+idempotency record; the stored setting; the audit events about the user. Anonymised (the
+companies' records, not the user's): the audit events the user caused on company flags and
+spaces, and `updated_by` of the flags and spaces the user changed last, now naming
+`audit.ERASED_ACTOR`. "The user" there is the actor (the caller's company, the caller's id),
+both matching, in whichever company's records (an operator changes other companies' flags).
 Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else.
 
 It takes the user-memory lock first, as the opt-out does: a consolidation that read the memory
@@ -99,7 +101,7 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
             session,
             company_id,
             audit.AuditEntry(
-                actor_id=user_id,
+                actor=audit.Actor.of(principal),
                 action=audit.USER_ERASED,
                 target_kind="user",
                 target_id=user_id,

@@ -423,8 +423,10 @@ async def select_audit_events(
 ) -> list[AuditRecord]:
     """Events about the user's own setting and memory (target kind `user`).
 
-    Events an actor with the same id caused are left out on purpose: `actor_id` does not carry
-    the actor's company (operators act on other companies), so it does not prove who acted.
+    Events the user caused on the company's flags and spaces are left out on purpose: they are
+    the company's record of its settings (an erasure anonymises them, it does not delete them),
+    and those written before events named the actor's company carry the event's company as the
+    actor's, which does not prove who acted (operators act on other companies).
     """
     about_user = (
         AuditEvent.company_id == company_id,

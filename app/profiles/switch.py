@@ -69,7 +69,7 @@ async def update_user_setting(
             session,
             company_id,
             audit.AuditEntry(
-                actor_id=user_id,
+                actor=audit.Actor.of(principal),
                 action="user_settings.update",
                 target_kind="user",
                 target_id=user_id,
@@ -86,7 +86,7 @@ async def update_user_setting(
             session,
             company_id,
             audit.AuditEntry(
-                actor_id=user_id,
+                actor=audit.Actor.of(principal),
                 action="user_memory.deleted",
                 target_kind="user",
                 target_id=user_id,

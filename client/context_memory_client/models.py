@@ -440,6 +440,7 @@ class SpaceSettingsOut:
     switch: SwitchOut
     decision: DecisionOut
     updated_at: str | None
+    updated_by_company_id: str | None
     updated_by: str | None
 
 
@@ -467,6 +468,7 @@ class FeatureFlagOut:
     flag: str
     enabled: bool
     updated_at: str | None
+    updated_by_company_id: str | None
     updated_by: str | None
 
 
@@ -482,6 +484,7 @@ class AuditEventOut:
 
     id: int
     occurred_at: str
+    actor_company_id: str
     actor_id: str
     action: str
     target_kind: str

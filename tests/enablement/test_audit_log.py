@@ -1,5 +1,6 @@
-"""The audit log: every settings change is recorded with who and old -> new (changed fields
-only), nothing for no-op changes, never memory content; operators page through it."""
+"""The audit log: every settings change is recorded with who (company and user id) and old ->
+new (changed fields only), nothing for no-op changes, never memory content; operators page
+through it."""
 
 from __future__ import annotations
 
@@ -44,9 +45,30 @@ async def test_a_flag_change_is_recorded_once(client: httpx.AsyncClient, auth: A
         ("feature_flag.set", "olga", FLAG_CONTEXT_MEMORY, {"enabled": False}, {"enabled": True})
     ]
     event = body["items"][0]
+    assert event["actor_company_id"] == "platform"
     assert event["target_kind"] == "feature_flag"
     assert event["occurred_at"]
     assert body["next_cursor"] is None
+
+
+async def test_an_operator_changing_another_companys_flag_is_recorded_with_their_own_company(
+    client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    response = await client.put(
+        f"/v1/companies/other/feature-flags/{FLAG_CONTEXT_MEMORY}",
+        json={"enabled": True},
+        headers=auth("alice", "acme", OPERATOR),
+    )
+    assert response.status_code == 200, response.text
+
+    (event,) = (await events(client, auth, "other"))["items"]
+    assert (event["actor_company_id"], event["actor_id"]) == ("acme", "alice")
+    assert (event["action"], event["target_id"]) == ("feature_flag.set", FLAG_CONTEXT_MEMORY)
+    assert (response.json()["updated_by_company_id"], response.json()["updated_by"]) == (
+        "acme",
+        "alice",
+    )
+    assert (await events(client, auth, "acme"))["items"] == []
 
 
 async def test_a_space_change_records_only_the_changed_fields(
@@ -124,6 +146,7 @@ async def test_an_opt_out_records_the_setting_and_the_counts_never_the_content(
         ),
     ]
     assert {e["target_kind"] for e in body["items"]} == {"user"}
+    assert {e["actor_company_id"] for e in body["items"]} == {"acme"}
     assert b"falcon" not in orjson.dumps(body)
 
 

@@ -28,16 +28,17 @@ async def test_every_known_flag_is_listed_and_off_until_set(
 ) -> None:
     body = await get_flags(client, auth)
 
+    never_set = {
+        "enabled": False,
+        "updated_at": None,
+        "updated_by_company_id": None,
+        "updated_by": None,
+    }
     assert body == {
         "company_id": "acme",
         "flags": [
-            {"flag": FLAG_CONTEXT_MEMORY, "enabled": False, "updated_at": None, "updated_by": None},
-            {
-                "flag": FLAG_ALLOW_WITH_WEB_SEARCH,
-                "enabled": False,
-                "updated_at": None,
-                "updated_by": None,
-            },
+            {"flag": FLAG_CONTEXT_MEMORY, **never_set},
+            {"flag": FLAG_ALLOW_WITH_WEB_SEARCH, **never_set},
         ],
     }
 
@@ -55,7 +56,7 @@ async def test_an_operator_of_any_company_sets_a_flag(
     saved = response.json()
     assert saved["flag"] == FLAG_CONTEXT_MEMORY
     assert saved["enabled"] is True
-    assert saved["updated_by"] == "olga"
+    assert (saved["updated_by_company_id"], saved["updated_by"]) == ("platform", "olga")
     assert saved["updated_at"] is not None
     listed = {f["flag"]: f for f in (await get_flags(client, auth))["flags"]}
     assert listed[FLAG_CONTEXT_MEMORY] == saved

@@ -48,6 +48,7 @@ async def test_a_space_never_saved_reads_as_its_defaults(
     assert body["web_search"] is False
     assert body["user_memory"] == DEFAULT_USER_MEMORY
     assert body["updated_at"] is None
+    assert body["updated_by_company_id"] is None
     assert body["updated_by"] is None
     assert [c["key"] for c in body["decision"]["conditions"]] == [
         "company_flag",
@@ -208,7 +209,7 @@ async def test_partial_nested_update_keeps_the_other_fields(
     body = response.json()
     assert body["user_memory"] == {**DEFAULT_USER_MEMORY, "max_tokens": 3000}
     assert body["context_memory"] is None
-    assert body["updated_by"] == "sam"
+    assert (body["updated_by_company_id"], body["updated_by"]) == ("acme", "sam")
     assert body["updated_at"] is not None
 
     response = await patch_space(

@@ -1,6 +1,8 @@
 """`DELETE /v1/me` over HTTP: everything of the caller goes in one transaction (memory, folder,
 chats, every job, idempotency records, the setting, the audit events about them), the answer
-counts it, a second call counts zeros, and one `user.erased` event with the counts remains."""
+counts it, a second call counts zeros, and one `user.erased` event with the counts remains. The
+caller's edits of company settings are anonymised wherever they are, and only theirs: an actor
+is a company and a user id, both must match."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.auth import Principal
+from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.profiles import service as profiles
 from app.profiles.switch import lock_user_memory
-from tests.helpers.apps import SPACE, SPACE_ADMIN, AuthFactory
+from tests.helpers.apps import OPERATOR, SPACE, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import admin_execute, rows, scalar, sessions
 from tests.helpers.memory import memory_counts, put_memory, seed_memory
 from tests.helpers.settings import enable_company, patch_space, patch_user_settings
@@ -55,8 +58,10 @@ ZEROS: dict[str, Any] = {
 NOTHING = {"folders": 0, "acl": 0, "files": 0, "versions": 0, "pending_jobs": 0, "finished_jobs": 0}
 
 
-async def erase(client: httpx.AsyncClient, auth: AuthFactory, sub: str = "alice") -> Any:
-    response = await client.delete("/v1/me", headers=auth(sub, "acme"))
+async def erase(
+    client: httpx.AsyncClient, auth: AuthFactory, sub: str = "alice", company: str = "acme"
+) -> Any:
+    response = await client.delete("/v1/me", headers=auth(sub, company))
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -212,6 +217,75 @@ async def test_the_audit_trail_keeps_one_event_with_counts_and_forgets_who_chang
         (SPACE, "erased-user"),
         ("space-2", "sam"),
     ]
+
+
+async def two_alices_change_company_other(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    """Operator alice of acme turns on company other's flag; alice of other, a space admin
+    there (another person with the same id), changes a space of other."""
+    response = await client.put(
+        f"/v1/companies/other/feature-flags/{FLAG_CONTEXT_MEMORY}",
+        json={"enabled": True},
+        headers=auth("alice", "acme", OPERATOR),
+    )
+    assert response.status_code == 200, response.text
+    response = await client.patch(
+        f"/v1/spaces/{SPACE}",
+        json={"web_search": True},
+        headers=auth("alice", "other", SPACE_ADMIN),
+    )
+    assert response.status_code == 200, response.text
+
+
+async def actors_in_company_other(app: FastAPI) -> dict[str, tuple[str, str]]:
+    """Who company other's records name, as (company, user id), by what they record."""
+    found = await rows(
+        app,
+        "SELECT 'event ' || action AS what, actor_company_id AS company, actor_id AS id"
+        " FROM audit_events WHERE company_id = 'other'"
+        " UNION ALL SELECT 'flag', updated_by_company_id, updated_by"
+        " FROM company_feature_flags WHERE company_id = 'other'"
+        " UNION ALL SELECT 'space', updated_by_company_id, updated_by"
+        " FROM space_settings WHERE company_id = 'other'",
+    )
+    return {row.what: (row.company, row.id) for row in found}
+
+
+async def test_erasing_alice_of_other_leaves_the_record_naming_alice_of_acme_untouched(
+    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
+) -> None:
+    await two_alices_change_company_other(client, auth)
+
+    answer = await erase(client, auth, "alice", "other")
+
+    assert answer["anonymised"] == {"audit_events": 1, "settings": 1}  # her own space change
+    assert await actors_in_company_other(app) == {
+        "event feature_flag.set": ("acme", "alice"),
+        "flag": ("acme", "alice"),
+        "event space_settings.update": ("other", "erased-user"),
+        "space": ("other", "erased-user"),
+        "event user.erased": ("other", "alice"),
+    }
+
+
+async def test_erasing_alice_of_acme_anonymises_her_record_in_company_other(
+    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
+) -> None:
+    await two_alices_change_company_other(client, auth)
+
+    answer = await erase(client, auth, "alice", "acme")
+
+    assert answer["anonymised"] == {"audit_events": 1, "settings": 1}
+    assert await actors_in_company_other(app) == {
+        "event feature_flag.set": ("acme", "erased-user"),
+        "flag": ("acme", "erased-user"),
+        "event space_settings.update": ("other", "alice"),
+        "space": ("other", "alice"),
+    }
+    erased = await rows(
+        app,
+        "SELECT company_id, actor_company_id, actor_id FROM audit_events WHERE company_id = 'acme'",
+    )
+    assert [tuple(event) for event in erased] == [("acme", "acme", "alice")]  # the user.erased
 
 
 async def test_the_erasure_is_one_transaction(
