@@ -60,8 +60,10 @@ class Unauthorized(DomainError):
     title = "Unauthorized"
     slug = "unauthorized"
 
-    def __init__(self, detail: str = "invalid token") -> None:
-        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+    def __init__(self, detail: str = "invalid token", *, challenge: str = "Bearer") -> None:
+        """`challenge`: the `WWW-Authenticate` value (RFC 6750), plain `Bearer` but where a
+        route names more, such as `/mcp` its resource metadata (RFC 9728 §5.1)."""
+        super().__init__(detail, headers={"WWW-Authenticate": challenge})
 
 
 class Forbidden(DomainError):

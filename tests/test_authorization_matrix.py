@@ -48,7 +48,7 @@ from tests.helpers.tenants import (
     turn_payload,
 )
 from tests.helpers.turns import user
-from tests.test_route_policy import ROUTE_POLICIES, app_routes
+from tests.test_route_policy import ROUTE_POLICIES, app_routes, challenge_of
 
 Route = tuple[str, str]
 POLICIES = frozenset({"public", "user", "space_admin", "operator", "company_read"})
@@ -318,14 +318,14 @@ def _leaks(
     return problems
 
 
-def _judge_unauthenticated(policy: str, response: httpx.Response) -> list[str]:
-    if policy == "public":
+def _judge_unauthenticated(route: Route, response: httpx.Response) -> list[str]:
+    if ROUTE_POLICIES[route] == "public":
         return [] if response.status_code == 200 else [f"status {response.status_code}, not 200"]
     problems = []
     if response.status_code != 401:
         problems.append(f"status {response.status_code}, not 401")
-    if response.headers.get("www-authenticate") != "Bearer":
-        problems.append("no `WWW-Authenticate: Bearer`")
+    if response.headers.get("www-authenticate") != challenge_of(route):
+        problems.append(f"no `WWW-Authenticate: {challenge_of(route)}`")
     if response.headers.get("content-type") != PROBLEM_JSON:
         problems.append("not problem+json")
     return problems
@@ -394,7 +394,7 @@ def judge(
     if status >= 500:
         return [*problems, f"status {status}"]
     if caller is None:
-        return problems + _judge_unauthenticated(policy, response)
+        return problems + _judge_unauthenticated(target.route, response)
     body = _json(response)
     if policy == "public":
         problems += [] if status == 200 else [f"status {status}, not 200"]

@@ -252,7 +252,8 @@ async def test_a_request_without_a_valid_token_is_401_problem_json(
     async with httpx.AsyncClient() as http:
         response = await http.post(mcp_url, json=initialize, headers={**accept, **headers})
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == "Bearer"
+    metadata = mcp_url.removesuffix("/mcp") + "/.well-known/oauth-protected-resource/mcp"
+    assert response.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata}"'
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["status"] == 401
 

@@ -37,6 +37,10 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/ui/memory"): "public",
     ("GET", "/ui/assets/memory.css"): "public",
     ("GET", "/ui/assets/memory.js"): "public",
+    ("GET", "/ui/config.json"): "public",
+    # how MCP clients find where to sign in (RFC 9728): public by definition
+    ("GET", "/.well-known/oauth-protected-resource"): "public",
+    ("GET", "/.well-known/oauth-protected-resource/mcp"): "public",
     ("GET", "/v1/me"): "user",
     ("DELETE", "/v1/me"): "user",
     ("POST", "/v1/chats/{chat_id}/context"): "user",
@@ -66,6 +70,20 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): "operator",
     ("POST", "/mcp"): "user",
 }
+
+# The `WWW-Authenticate` of a 401 where it says more than `Bearer`: /mcp names its resource
+# metadata (RFC 9728 §5.1), from which MCP clients find where to sign in.
+CHALLENGES: dict[tuple[str, str], str] = {
+    ("POST", "/mcp"): (
+        'Bearer resource_metadata="http://testserver/.well-known/oauth-protected-resource/mcp"'
+    ),
+}
+
+
+def challenge_of(route: tuple[str, str]) -> str:
+    """The challenge of the route's 401 to a client of `http://testserver`."""
+    return CHALLENGES.get(route, "Bearer")
+
 
 SAMPLE_PATH_VALUES = {
     "company_id": "acme",
@@ -107,7 +125,7 @@ async def test_protected_routes_need_a_token(
 ) -> None:
     response = await client.request(method, concrete(path))
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.headers["www-authenticate"] == challenge_of((method, path))
     assert response.headers["content-type"] == "application/problem+json"
 
 

@@ -6,6 +6,9 @@ request) and a token that expires or changes mid-conversation are both handled l
 request. A server-initiated stream (GET) and session termination (DELETE) do not exist in this
 mode: both are 405, which the transport allows.
 
+A 401 names the resource metadata of `/mcp` in its `WWW-Authenticate` (`discovery.py`), from
+which an MCP client finds the providers to sign in with.
+
 The SDK's DNS rebinding protection (a Host/Origin allowlist for servers on localhost) is off:
 a rebound page in a browser cannot present the bearer token every request needs, and the
 allowlist would refuse the service behind any other host name.
@@ -25,7 +28,8 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth import principal_of
 from app.db import Database
-from app.errors import ServiceUnavailable
+from app.errors import ServiceUnavailable, Unauthorized
+from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.tools import acting_as, build_server
 from app.profiles.versions import VersionPolicy
 
@@ -37,7 +41,8 @@ class McpEndpoint:
     """The ASGI app of `/mcp`: authenticates the request, then hands it to the SDK's session
     manager, which only exists while `running` (inside the app's lifespan)."""
 
-    def __init__(self) -> None:
+    def __init__(self, discovery: ResourceDiscovery) -> None:
+        self._discovery = discovery
         self._sessions: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
@@ -61,7 +66,12 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # 401 (problem+json, like every route) before the SDK sees a byte of the request
-        principal = await principal_of(Request(scope))
+        request = Request(scope)
+        try:
+            principal = await principal_of(request)
+        except Unauthorized as refused:
+            challenge = self._discovery.mcp_challenge(request)
+            raise Unauthorized(refused.detail, challenge=challenge) from refused
         sessions = self._sessions
         if sessions is None:
             raise ServiceUnavailable("The MCP server is not running.")
