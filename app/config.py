@@ -305,6 +305,13 @@ class Settings(BaseSettings):
             raise ValueError("AUTH_JWKS_CACHE_MIN_SECONDS exceeds AUTH_JWKS_CACHE_MAX_SECONDS")
         if (self.ui_oidc_issuer is None) != (self.ui_oidc_client_id is None):
             raise ValueError("set both UI_OIDC_ISSUER and UI_OIDC_CLIENT_ID, or neither")
+        if self.ui_oidc_issuer is not None and not _is_secure_url(
+            self.ui_oidc_issuer, self.auth_allow_http_issuers
+        ):
+            raise ValueError(
+                "UI_OIDC_ISSUER must be an https:// URL (http:// only on loopback, or with "
+                "AUTH_ALLOW_HTTP_ISSUERS)"
+            )
         for entry in self.auth_issuers:
             for url in (entry.issuer, entry.jwks_uri):
                 if url is not None and not _is_secure_url(url, self.auth_allow_http_issuers):

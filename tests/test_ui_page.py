@@ -1,7 +1,9 @@
-"""The memory page's files as the service serves them: their types and security headers, markup
-the Content-Security-Policy can run as written (no inline script, style or handler), a token
-field a form could never submit, and a script that keeps the token out of storage and puts the
-service's text on the page as text only. The page at work: `tests/browser/`."""
+"""The memory page's files as the service serves them: their types and security headers (a
+Content-Security-Policy that adds exactly the OpenID issuer's origin, and only for `connect-src`,
+when the page signs in with it), the sign-in configuration it reads and nothing more, markup the
+policy can run as written (no inline script, style or handler), a token field a form could never
+submit, and a script that keeps the token out of storage and puts the service's text on the page
+as text only. The page at work: `tests/browser/`."""
 
 from __future__ import annotations
 
@@ -11,15 +13,41 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.config import PROJECT_ROOT, Settings
+from app.ui.router import issuer_origin
+from tests.helpers.apps import TEST_JWT_SECRET, client_with
 
 PAGE = "/ui/memory"
+CONFIG = "/ui/config.json"
 FILES = {
     PAGE: "text/html; charset=utf-8",
     "/ui/assets/memory.css": "text/css; charset=utf-8",
     "/ui/assets/memory.js": "text/javascript; charset=utf-8",
 }
 SCRIPT = PROJECT_ROOT / "app" / "ui" / "memory.js"
+POLICY_WITHOUT_SIGN_IN = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+ISSUER = "https://login.example.com:8443/realms/acme"
+SIGN_IN = {
+    "ui_oidc_issuer": ISSUER,
+    "ui_oidc_client_id": "memory-page",
+    "ui_oidc_scope": "openid memory",
+    "ui_oidc_extra_params": {"resource": "https://memory.example.com/"},
+}
+OTHER_HEADERS = {
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "cross-origin-opener-policy": "same-origin",
+    "cache-control": "no-cache",
+}
+
+
+def directives(policy: str) -> dict[str, str]:
+    return dict(directive.partition(" ")[::2] for directive in policy.split("; "))
 
 
 @pytest.mark.parametrize(("path", "media_type"), sorted(FILES.items()))
@@ -29,13 +57,8 @@ async def test_each_file_is_served_with_its_type_and_the_security_headers(
     response = await client.get(path)
     assert response.status_code == 200
     assert response.headers["content-type"] == media_type
-    assert response.headers["referrer-policy"] == "no-referrer"
-    assert response.headers["x-content-type-options"] == "nosniff"
-    assert response.headers["x-frame-options"] == "DENY"
-    policy = dict(
-        directive.partition(" ")[::2]
-        for directive in response.headers["content-security-policy"].split("; ")
-    )
+    assert {name: response.headers[name] for name in OTHER_HEADERS} == OTHER_HEADERS
+    policy = directives(response.headers["content-security-policy"])
     assert policy["default-src"] == "'self'"
     assert policy["script-src"] == "'self'"
     assert policy["style-src"] == "'self'"
@@ -43,6 +66,98 @@ async def test_each_file_is_served_with_its_type_and_the_security_headers(
     assert policy["frame-ancestors"] == "'none'"
     assert policy["form-action"] == "'none'"
     assert "unsafe" not in response.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("path", [*sorted(FILES), CONFIG])
+async def test_without_sign_in_the_policy_allows_this_origin_only(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    response = await client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-security-policy"] == POLICY_WITHOUT_SIGN_IN
+
+
+async def test_with_sign_in_the_policy_adds_exactly_the_issuers_origin_to_connect_src(
+    database_url: str,
+) -> None:
+    expected = directives(POLICY_WITHOUT_SIGN_IN) | {
+        "connect-src": "'self' https://login.example.com:8443"
+    }
+    async with client_with(database_url, **SIGN_IN) as http:
+        for path in [*sorted(FILES), CONFIG]:
+            response = await http.get(path)
+            assert response.status_code == 200, path
+            policy = response.headers["content-security-policy"]
+            assert directives(policy) == expected, path
+            assert list(directives(policy)) == list(directives(POLICY_WITHOUT_SIGN_IN)), path
+            assert {name: response.headers[name] for name in OTHER_HEADERS} == OTHER_HEADERS
+
+
+@pytest.mark.parametrize(
+    ("issuer", "origin"),
+    [
+        ("https://login.example.com", "https://login.example.com"),
+        ("https://login.example.com/", "https://login.example.com"),
+        ("https://Login.Example.COM/realms/acme", "https://login.example.com"),
+        ("https://login.example.com:443/tenant/v2.0", "https://login.example.com:443"),
+        ("http://127.0.0.1:9000/issuer?x=1#f", "http://127.0.0.1:9000"),
+        ("HTTPS://[::1]:8443/", "https://[::1]:8443"),
+    ],
+)
+def test_the_issuers_origin_is_its_scheme_host_and_port(issuer: str, origin: str) -> None:
+    assert issuer_origin(issuer) == origin
+
+
+@pytest.mark.parametrize(
+    "issuer",
+    [
+        "login.example.com",
+        "ftp://login.example.com",
+        "javascript:alert(1)",
+        "https://",
+        "https://user:secret@login.example.com",
+        "https://login.example.com; script-src *",
+        "https://login.example.com\r\nSet-Cookie: a=b",
+        "https://*.example.com",
+        "https://login.example.com:99999",
+    ],
+)
+def test_an_issuer_that_is_not_one_http_origin_is_refused(issuer: str) -> None:
+    with pytest.raises(ValueError, match="UI_OIDC_ISSUER"):
+        issuer_origin(issuer)
+
+
+async def test_without_sign_in_the_page_is_told_there_is_none(client: httpx.AsyncClient) -> None:
+    response = await client.get(CONFIG)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"sign_in": None}
+
+
+async def test_the_sign_in_configuration_holds_the_public_client_and_nothing_else(
+    database_url: str,
+) -> None:
+    async with client_with(database_url, **SIGN_IN) as http:
+        response = await http.get(CONFIG)
+    assert response.status_code == 200
+    assert response.json() == {
+        "sign_in": {
+            "issuer": ISSUER,
+            "client_id": "memory-page",
+            "scope": "openid memory",
+            "extra_params": {"resource": "https://memory.example.com/"},
+        }
+    }
+    text = response.text
+    for private in (TEST_JWT_SECRET, database_url, "secret", "password", "postgres"):
+        assert private not in text
+    # a public client: there is no secret to configure, so none can be handed out
+    assert [name for name in Settings.model_fields if name.startswith("ui_")] == [
+        "ui_oidc_issuer",
+        "ui_oidc_client_id",
+        "ui_oidc_scope",
+        "ui_oidc_extra_params",
+    ]
 
 
 async def test_the_page_is_not_part_of_the_api_description(client: httpx.AsyncClient) -> None:
@@ -101,10 +216,34 @@ def test_the_script_keeps_the_token_in_memory_and_writes_text_only() -> None:
         "insertAdjacentHTML",
         "document.write",
         "localStorage",
-        "sessionStorage",
+        "indexedDB",
         "document.cookie",
         "eval(",
         "new Function",
     ):
         assert forbidden not in source, forbidden
     assert "history.replaceState" in source
+    # session storage holds the pending sign-in across the redirect, under its one key, and
+    # nothing else: written once, read and removed together
+    uses = re.findall(r"sessionStorage\.(\w+)\(([^()]*(?:\([^()]*\))?)\)", source)
+    assert sorted(uses) == [
+        ("getItem", "SIGN_IN_KEY"),
+        ("removeItem", "SIGN_IN_KEY"),
+        ("setItem", "SIGN_IN_KEY, JSON.stringify(pending)"),
+    ]
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
+    assert code.count("sessionStorage") == len(uses)
+    pending = re.search(r"const pending = \{([^}]*)\};", source)
+    assert pending is not None
+    assert re.findall(r"(\w+):", pending.group(1)) == ["issuer", "state", "nonce", "verifier"]
+
+
+def test_the_sign_in_is_the_code_flow_with_pkce_and_random_state_and_nonce() -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    assert 'response_type: "code"' in source
+    assert 'code_challenge_method: "S256"' in source
+    assert 'crypto.subtle.digest("SHA-256"' in source
+    assert "crypto.getRandomValues" in source
+    assert "Math.random" not in source
+    assert "location.assign(" in source  # a navigation, not a form: form-action stays 'none'
+    assert "/.well-known/openid-configuration" in source

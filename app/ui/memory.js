@@ -1,14 +1,18 @@
 // The memory page: shows and manages the caller's memory through the public /v1/me API.
 //
 // The token lives only in `state.token` (never in storage, a cookie or the address bar: a token
-// handed over as `#token=...` is read, then removed with history.replaceState). Everything the
-// service returns is put on the page as text nodes, never parsed as HTML.
+// handed over as `#token=...` is read, then removed with history.replaceState). With sign-in
+// configured (/ui/config.json), the page gets it from the company's OpenID provider by the
+// authorization code flow with PKCE; only what must survive the redirect to the provider (state,
+// nonce, code verifier) waits in sessionStorage, and is removed as soon as the page is back.
+// Everything the service returns is put on the page as text nodes, never parsed as HTML.
 "use strict";
 
 (() => {
   // The API is the page's parent, so the page also works behind a path prefix (/ui/memory
   // under /prefix/ calls /prefix/v1/...): every path below is resolved against it.
   const API_ROOT = new URL("../", location.href);
+  const PAGE_CONFIG = new URL("config.json", location.href);
   const MEMORY = "/v1/me/memory";
   const VERSIONS_PAGE = 10;
   const TRUNCATION_MARKER = "<!-- truncated to fit memory budget -->";
@@ -45,6 +49,7 @@
     429: "Too many requests: wait a moment and try again.",
     503: "The service is briefly unavailable: try again in a moment.",
   };
+  const SIGNED_IN_401 = "Your sign-in has expired or was not accepted. Sign in again.";
   const FIELD_NAMES = { "body.content": "Your text", "query.cursor": "The page of versions" };
 
   const state = {
@@ -129,7 +134,8 @@
   function showProblem(error, what) {
     if (!(error instanceof ApiError)) throw error;
     const problem = error.problem && typeof error.problem === "object" ? error.problem : {};
-    const explanation = STATUS_WORDS[error.status] || problem.title || `The service answered ${error.status}.`;
+    const words = error.status === 401 && signIn.viaProvider ? SIGNED_IN_401 : STATUS_WORDS[error.status];
+    const explanation = words || problem.title || `The service answered ${error.status}.`;
     const nodes = [el("p", { class: "alert-title" }, what), el("p", {}, explanation)];
     const fields = Array.isArray(problem.errors) ? problem.errors : [];
     // a detail that only repeats a field's message, or points at the list, is left out
@@ -150,14 +156,17 @@
     if (typeof problem.request_id === "string") {
       nodes.push(el("p", { class: "reference" }, `Reference for support: ${problem.request_id}`));
     }
+    showAlert(nodes);
+    if (error.status === 401) askForToken();
+  }
+
+  function showAlert(nodes) {
     const dismiss = el("button", { type: "button", class: "secondary" }, "Dismiss");
     dismiss.addEventListener("click", clearMessages);
-    nodes.push(el("div", { class: "row actions" }, dismiss));
     const alert = $("alert");
-    alert.replaceChildren(...nodes);
+    alert.replaceChildren(...nodes, el("div", { class: "row actions" }, dismiss));
     alert.hidden = false;
     announce("");
-    if (error.status === 401) askForToken();
   }
 
   // Runs an action once at a time per button; a button stays focusable while it works.
@@ -221,16 +230,20 @@
     return token && token.trim() ? token.trim() : null;
   }
 
-  async function useToken(token) {
+  // `viaProvider`: the token came from signing in, so "Sign out" (not "Use another token")
+  // ends it.
+  async function useToken(token, { viaProvider = false, what = "This token could not be used." } = {}) {
     clearMessages();
     const previous = state.me;
     state.token = token;
+    signIn.viaProvider = viaProvider;
     try {
       const response = await api("GET", "/v1/me");
       state.me = await response.json();
     } catch (error) {
       state.token = null;
-      showProblem(error, "This token could not be used.");
+      showProblem(error, what);
+      signIn.viaProvider = false;
       return false;
     }
     // unsaved text survives a new token for the same person only, never into someone else's
@@ -240,8 +253,11 @@
       previous.company_id === state.me.company_id;
     if (!samePerson) hideConflict();
     $("who").textContent = `${state.me.user_id} (${state.me.company_id})`;
+    $("sign-in").hidden = true;
     $("token-form").hidden = true;
     $("signed-in").hidden = false;
+    $("forget-token").hidden = viaProvider;
+    $("sign-out").hidden = !viaProvider;
     await refresh({ resetText: !samePerson });
     // shown once loaded, so nothing is typed into an editor that has not got its version yet
     if (state.token) $("workspace").hidden = false;
@@ -250,11 +266,13 @@
 
   function askForToken() {
     state.token = null;
+    signIn.viaProvider = false;
     $("token").value = "";
+    $("sign-in").hidden = !signIn.config;
     $("token-form").hidden = false;
     $("signed-in").hidden = true;
     $("workspace").hidden = true;
-    $("token").focus();
+    $(signIn.config ? "sign-in-button" : "token").focus();
   }
 
   function forgetToken() {
@@ -265,6 +283,292 @@
     hideConflict();
     resetEditor();
     askForToken();
+  }
+
+  // --- signing in with the company's OpenID provider ----------------------------------------
+  //
+  // The authorization code flow with PKCE (S256), the page a public client whose redirect URI
+  // is its own address. The provider's discovery document and token endpoint are fetched (the
+  // Content-Security-Policy allows the issuer's origin for exactly that); the authorization
+  // request and the sign-out are navigations. The ID token is only read for its nonce, issuer
+  // and audience: the service verifies the access token, which is what the page sends it.
+
+  const SIGN_IN_KEY = "memory-page.sign-in";
+  const CALLBACK_PARAMS = ["code", "state", "iss", "session_state", "error", "error_description", "error_uri"];
+  const NOT_AVAILABLE = "Sign-in is not available right now.";
+  const REFUSED = "You were not signed in.";
+
+  const signIn = {
+    config: null, // {issuer, client_id, scope, extra_params} from /ui/config.json, or null
+    discovery: null, // the provider's OpenID configuration, once fetched
+    viaProvider: false, // the token in use came from signing in
+  };
+
+  class SignInError extends Error {
+    constructor(title, detail) {
+      super(title);
+      this.title = title;
+      this.detail = detail;
+    }
+  }
+
+  function showSignInProblem(error) {
+    if (!(error instanceof SignInError)) throw error;
+    showAlert([el("p", { class: "alert-title" }, error.title), el("p", {}, error.detail)]);
+  }
+
+  function pageUrl() {
+    return location.origin + location.pathname;
+  }
+
+  function isHttpUrl(value) {
+    if (typeof value !== "string") return false;
+    try {
+      return ["http:", "https:"].includes(new URL(value).protocol);
+    } catch {
+      return false;
+    }
+  }
+
+  function base64url(bytes) {
+    let binary = "";
+    for (const byte of bytes) binary += String.fromCharCode(byte);
+    return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function randomString(bytes) {
+    return base64url(crypto.getRandomValues(new Uint8Array(bytes)));
+  }
+
+  async function codeChallenge(verifier) {
+    const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+    return base64url(new Uint8Array(digest));
+  }
+
+  // The claims of a JWT, read without checking its signature (see above).
+  function claimsOf(jwt) {
+    try {
+      const part = String(jwt).split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+      const binary = atob(part + "=".repeat((4 - (part.length % 4)) % 4));
+      const claims = JSON.parse(new TextDecoder().decode(Uint8Array.from(binary, (c) => c.charCodeAt(0))));
+      return claims && typeof claims === "object" ? claims : null;
+    } catch {
+      return null;
+    }
+  }
+
+  async function fetchJson(url, init, title) {
+    let response;
+    try {
+      response = await fetch(url, {
+        cache: "no-store",
+        credentials: "omit",
+        referrerPolicy: "no-referrer",
+        ...init,
+        headers: { Accept: "application/json", ...(init && init.headers) },
+      });
+    } catch {
+      throw new SignInError(title, "The sign-in service could not be reached. Check your connection and try again.");
+    }
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    return { response, body: body && typeof body === "object" ? body : null };
+  }
+
+  async function loadPageConfig() {
+    try {
+      const response = await fetch(PAGE_CONFIG, { cache: "no-store", credentials: "omit", headers: { Accept: "application/json" } });
+      const body = response.ok ? await response.json() : null;
+      return body && body.sign_in && typeof body.sign_in === "object" ? body.sign_in : null;
+    } catch {
+      return null;
+    }
+  }
+
+  async function discover() {
+    if (signIn.discovery) return signIn.discovery;
+    const issuer = signIn.config.issuer;
+    const url = `${issuer.replace(/\/+$/, "")}/.well-known/openid-configuration`;
+    const { response, body } = await fetchJson(url, {}, NOT_AVAILABLE);
+    if (!response.ok || !body) {
+      throw new SignInError(NOT_AVAILABLE, `The sign-in service answered ${response.status} when asked for its configuration.`);
+    }
+    if (body.issuer !== issuer) {
+      throw new SignInError(NOT_AVAILABLE, "The sign-in service names an issuer other than the one this page trusts, so the page does not use it.");
+    }
+    if (!isHttpUrl(body.authorization_endpoint) || !isHttpUrl(body.token_endpoint)) {
+      throw new SignInError(NOT_AVAILABLE, "The sign-in service's configuration lacks its authorization or token endpoint.");
+    }
+    if (new URL(body.token_endpoint).origin !== new URL(issuer).origin) {
+      throw new SignInError(NOT_AVAILABLE, "The sign-in service's token endpoint is not at the issuer's address, the only one this page may call.");
+    }
+    const methods = body.code_challenge_methods_supported;
+    if (Array.isArray(methods) && !methods.includes("S256")) {
+      throw new SignInError(NOT_AVAILABLE, "The sign-in service does not support PKCE with S256, which this page requires.");
+    }
+    signIn.discovery = body;
+    return body;
+  }
+
+  async function startSignIn() {
+    clearMessages();
+    const config = signIn.config;
+    const pending = { issuer: config.issuer, state: randomString(32), nonce: randomString(32), verifier: randomString(48) };
+    let url;
+    try {
+      if (!window.isSecureContext) {
+        throw new SignInError(NOT_AVAILABLE, "Signing in needs this page to be opened over HTTPS.");
+      }
+      const discovery = await discover();
+      url = new URL(discovery.authorization_endpoint);
+      for (const [name, value] of Object.entries(config.extra_params || {})) url.searchParams.set(name, value);
+      const request = {
+        response_type: "code",
+        client_id: config.client_id,
+        redirect_uri: pageUrl(),
+        scope: config.scope,
+        state: pending.state,
+        nonce: pending.nonce,
+        code_challenge: await codeChallenge(pending.verifier),
+        code_challenge_method: "S256",
+      };
+      for (const [name, value] of Object.entries(request)) url.searchParams.set(name, value);
+    } catch (error) {
+      showSignInProblem(error);
+      return;
+    }
+    try {
+      sessionStorage.setItem(SIGN_IN_KEY, JSON.stringify(pending));
+    } catch {
+      const detail = "This browser does not let the page keep the sign-in across the visit to the sign-in service (session storage is off).";
+      showSignInProblem(new SignInError(NOT_AVAILABLE, detail));
+      return;
+    }
+    announce("Taking you to your company's sign-in page…");
+    location.assign(url.href);
+  }
+
+  // The provider's answer, if the page was sent back with one: taken out of the address bar
+  // (and so out of the history) and the pending sign-in out of storage, before anything else.
+  // Storage is emptied on every visit, so a sign-in given up at the provider leaves nothing.
+  function takeSignInAnswer() {
+    let kept = null;
+    try {
+      kept = sessionStorage.getItem(SIGN_IN_KEY);
+      sessionStorage.removeItem(SIGN_IN_KEY);
+    } catch {
+      kept = null; // storage is off: there is no pending sign-in
+    }
+    let pending = null;
+    try {
+      pending = JSON.parse(kept || "null");
+    } catch {
+      pending = null;
+    }
+    const query = new URLSearchParams(location.search);
+    if (!query.has("code") && !query.has("error")) return null;
+    const answer = {};
+    for (const name of CALLBACK_PARAMS) {
+      if (query.has(name)) answer[name] = query.get(name);
+      query.delete(name);
+    }
+    const rest = query.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+    return { answer, pending };
+  }
+
+  // The access token for the answer, or a SignInError saying why there is none.
+  async function redeem({ answer, pending }) {
+    const config = signIn.config;
+    if (!config) throw new SignInError(REFUSED, "This page no longer offers sign-in.");
+    if (!pending || typeof pending !== "object" || pending.issuer !== config.issuer) {
+      throw new SignInError(REFUSED, "This page did not start this sign-in, or its answer was already used. Sign in again.");
+    }
+    if (answer.state !== pending.state) {
+      throw new SignInError(REFUSED, "The answer from the sign-in service does not belong to the sign-in this page started (its state does not match), so the page refused it. Sign in again.");
+    }
+    if (answer.error) {
+      throw new SignInError(REFUSED, `The sign-in service answered: ${answer.error_description || answer.error}.`);
+    }
+    if ("iss" in answer && answer.iss !== config.issuer) {
+      throw new SignInError(REFUSED, "The answer came from an issuer other than the one this page trusts, so the page refused it.");
+    }
+    const discovery = await discover();
+    const form = new URLSearchParams({
+      grant_type: "authorization_code",
+      code: answer.code || "",
+      redirect_uri: pageUrl(),
+      client_id: config.client_id,
+      code_verifier: pending.verifier,
+    });
+    const { response, body } = await fetchJson(
+      discovery.token_endpoint,
+      { method: "POST", headers: { "Content-Type": "application/x-www-form-urlencoded" }, body: form },
+      REFUSED,
+    );
+    if (!response.ok || !body) {
+      const reason = (body && (body.error_description || body.error)) || `it answered ${response.status}`;
+      throw new SignInError(REFUSED, `The sign-in service issued no token: ${reason}. Sign in again.`);
+    }
+    if (typeof body.access_token !== "string" || !body.access_token) {
+      throw new SignInError(REFUSED, "The sign-in service issued no access token.");
+    }
+    if (typeof body.token_type === "string" && body.token_type.toLowerCase() !== "bearer") {
+      throw new SignInError(REFUSED, `The sign-in service issued a ${body.token_type} token; this page needs a bearer token.`);
+    }
+    if (body.id_token !== undefined) {
+      const claims = claimsOf(body.id_token);
+      if (!claims || claims.nonce !== pending.nonce) {
+        throw new SignInError(REFUSED, "The sign-in service's answer was not made for this sign-in (its nonce does not match), so the page refused it. Sign in again.");
+      }
+      const audiences = Array.isArray(claims.aud) ? claims.aud : [claims.aud];
+      if (claims.iss !== config.issuer || !audiences.includes(config.client_id)) {
+        throw new SignInError(REFUSED, "The sign-in service's answer names another issuer or client, so the page refused it.");
+      }
+    }
+    return body.access_token;
+  }
+
+  async function completeSignIn(returned) {
+    announce("Signing you in…");
+    let accessToken;
+    try {
+      accessToken = await redeem(returned);
+    } catch (error) {
+      announce("");
+      showSignInProblem(error);
+      return;
+    }
+    const what = "You signed in, but this service did not accept your sign-in.";
+    const ok = await useToken(accessToken, { viaProvider: true, what });
+    if (ok) $("main").focus();
+  }
+
+  // Forgets the token; then, when the provider offers it, ends the session there too, which
+  // sends the browser back to this page signed out.
+  function signOut() {
+    const endSession = signIn.discovery && signIn.discovery.end_session_endpoint;
+    forgetToken();
+    if (!signIn.config || !isHttpUrl(endSession)) {
+      announce("You are signed out.");
+      return;
+    }
+    const url = new URL(endSession);
+    url.searchParams.set("client_id", signIn.config.client_id);
+    url.searchParams.set("post_logout_redirect_uri", pageUrl());
+    announce("Signing you out of your company account…");
+    location.assign(url.href);
+  }
+
+  function offerSignIn(config) {
+    signIn.config = config;
+    $("token-heading").textContent = "Your account";
+    $("token-label").textContent = "Or, for development, paste a token";
+    $("sign-in").hidden = !$("signed-in").hidden;
   }
 
   // --- loading ------------------------------------------------------------------------------
@@ -709,7 +1013,7 @@
 
   // --- wiring -------------------------------------------------------------------------------
 
-  function start() {
+  async function start() {
     $("token-form").addEventListener("submit", (event) => {
       event.preventDefault();
       const token = $("token").value.trim();
@@ -721,6 +1025,8 @@
       useToken(token).then((ok) => ok && $("main").focus());
     });
     $("forget-token").addEventListener("click", forgetToken);
+    $("sign-in-button").addEventListener("click", (event) => busy(event.currentTarget, startSignIn));
+    $("sign-out").addEventListener("click", signOut);
     $("memory-switch").addEventListener("click", () => toggleSwitch());
     $("switch-cancel").addEventListener("click", cancelSwitchOff);
     $("switch-confirm").addEventListener("click", () => confirmSwitchOff());
@@ -746,8 +1052,12 @@
       if (token) useToken(token);
     });
     resetEditor();
+    const returned = takeSignInAnswer();
     const token = tokenFromFragment();
     if (token) useToken(token);
+    const config = await loadPageConfig();
+    if (config) offerSignIn(config);
+    if (returned) await completeSignIn(returned);
   }
 
   start();

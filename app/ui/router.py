@@ -1,69 +1,155 @@
-"""Serves the memory page and its two assets, read once from this package, with the security
-headers every response of the page carries.
+"""Serves the memory page, its two assets and its sign-in configuration, read once from this
+package, with the security headers every response of the page carries.
 
-The page holds no data: it is `public`, and everything it shows comes from `/v1/me/*` with the
-token the user pastes or hands over in the URL fragment. The headers keep that token in the page:
-no script or style but the page's own files, requests only to this origin, no framing, and no
-`Referer` (the fragment never travels in one, but the policy leaves nothing to chance). A form
-action of `'none'` means a page whose script failed cannot submit the token field as a query
-string.
+The page holds no data: it is `public`, and everything it shows comes from `/v1/me/*` with a
+token the user gets by signing in with the company's OpenID provider (`UI_OIDC_ISSUER` and
+`UI_OIDC_CLIENT_ID`: the authorization code flow with PKCE, run by the page as a public client),
+pastes, or hands over in the URL fragment. The headers keep that token in the page: no script or
+style but the page's own files, requests only to this origin and, with sign-in configured, to
+the issuer's origin (its discovery document and token endpoint; the authorization request is a
+navigation), no framing, and no `Referer` (the fragment never travels in one, but the policy
+leaves nothing to chance). A form action of `'none'` means a page whose script failed cannot
+submit the token field as a query string.
+
+The policy depends on the settings, so it is built from the app's settings on each response.
+This package imports nothing of `app`: `SignInSettings` names the few settings it reads.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
+from urllib.parse import urlsplit
 
-from fastapi import APIRouter
-from starlette.responses import Response
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
 
 PAGE_PATH: Final = "/ui/memory"
 ASSETS_PATH: Final = "/ui/assets"
+CONFIG_PATH: Final = "/ui/config.json"
 
-CONTENT_SECURITY_POLICY: Final = "; ".join(
-    (
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self'",
-        "connect-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "frame-ancestors 'none'",
-    )
+_DIRECTIVES: Final = (
+    ("default-src", "'self'"),
+    ("script-src", "'self'"),
+    ("style-src", "'self'"),
+    ("img-src", "'self'"),
+    ("connect-src", "'self'"),
+    ("object-src", "'none'"),
+    ("base-uri", "'none'"),
+    ("form-action", "'none'"),
+    ("frame-ancestors", "'none'"),
 )
-SECURITY_HEADERS: Final = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+_OTHER_HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cache-Control": "no-cache",
 }
+_HOST_CHARACTERS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 _HERE = Path(__file__).resolve().parent
 _FILES: Final = {
     name: (_HERE / name).read_bytes() for name in ("memory.html", "memory.css", "memory.js")
 }
 
+
+class SignInSettings(Protocol):
+    """The settings the page reads (`app.config.Settings` has them)."""
+
+    @property
+    def ui_oidc_issuer(self) -> str | None: ...
+    @property
+    def ui_oidc_client_id(self) -> str | None: ...
+    @property
+    def ui_oidc_scope(self) -> str: ...
+    @property
+    def ui_oidc_extra_params(self) -> dict[str, str]: ...
+
+
+def issuer_origin(issuer: str) -> str:
+    """`scheme://host[:port]` of an `http(s)` issuer URL, as a CSP source expression.
+
+    Anything else (another scheme, no host, credentials, a character a header or a policy would
+    read as a separator) raises `ValueError`: the policy never holds more than one origin.
+    """
+    parts = urlsplit(issuer)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError as error:
+        raise ValueError(f"UI_OIDC_ISSUER {issuer!r} has an invalid port") from error
+    if scheme not in ("http", "https") or not host or parts.username or parts.password:
+        raise ValueError(f"UI_OIDC_ISSUER {issuer!r} is not an http(s) URL with a host")
+    if ":" in host:  # IPv6, bracketed as in the URL
+        if not set(host) <= set("0123456789abcdef:."):
+            raise ValueError(f"UI_OIDC_ISSUER {issuer!r} has an invalid host")
+        host = f"[{host}]"
+    elif not set(host) <= _HOST_CHARACTERS:
+        raise ValueError(f"UI_OIDC_ISSUER {issuer!r} has an invalid host")
+    return f"{scheme}://{host}" if port is None else f"{scheme}://{host}:{port}"
+
+
+def content_security_policy(issuer: str | None) -> str:
+    """The page's policy: its own origin only, and the issuer's origin for `connect-src` when
+    the page signs in with an OpenID provider."""
+    extra = {"connect-src": issuer_origin(issuer)} if issuer else {}
+    return "; ".join(
+        f"{name} {value} {extra[name]}" if name in extra else f"{name} {value}"
+        for name, value in _DIRECTIVES
+    )
+
+
+def security_headers(settings: SignInSettings) -> dict[str, str]:
+    return {
+        "Content-Security-Policy": content_security_policy(settings.ui_oidc_issuer),
+        **_OTHER_HEADERS,
+    }
+
+
+def sign_in_config(settings: SignInSettings) -> dict[str, object] | None:
+    """What the page needs to sign in, all of it public (a public client has no secret), or
+    `None` when the page offers no sign-in."""
+    if settings.ui_oidc_issuer is None or settings.ui_oidc_client_id is None:
+        return None
+    return {
+        "issuer": settings.ui_oidc_issuer,
+        "client_id": settings.ui_oidc_client_id,
+        "scope": settings.ui_oidc_scope,
+        "extra_params": dict(settings.ui_oidc_extra_params),
+    }
+
+
 router = APIRouter(include_in_schema=False)
 
 
-def _file(name: str, media_type: str) -> Response:
-    return Response(_FILES[name], media_type=media_type, headers=SECURITY_HEADERS)
+def _settings(request: Request) -> SignInSettings:
+    settings: SignInSettings = request.app.state.settings
+    return settings
+
+
+def _file(request: Request, name: str, media_type: str) -> Response:
+    headers = security_headers(_settings(request))
+    return Response(_FILES[name], media_type=media_type, headers=headers)
 
 
 @router.get(PAGE_PATH)
-async def memory_page() -> Response:
-    return _file("memory.html", "text/html; charset=utf-8")
+async def memory_page(request: Request) -> Response:
+    return _file(request, "memory.html", "text/html; charset=utf-8")
 
 
 @router.get(f"{ASSETS_PATH}/memory.css")
-async def memory_css() -> Response:
-    return _file("memory.css", "text/css; charset=utf-8")
+async def memory_css(request: Request) -> Response:
+    return _file(request, "memory.css", "text/css; charset=utf-8")
 
 
 @router.get(f"{ASSETS_PATH}/memory.js")
-async def memory_js() -> Response:
-    return _file("memory.js", "text/javascript; charset=utf-8")
+async def memory_js(request: Request) -> Response:
+    return _file(request, "memory.js", "text/javascript; charset=utf-8")
+
+
+@router.get(CONFIG_PATH)
+async def memory_page_config(request: Request) -> Response:
+    settings = _settings(request)
+    return JSONResponse({"sign_in": sign_in_config(settings)}, headers=security_headers(settings))
