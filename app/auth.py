@@ -147,7 +147,8 @@ class TokenVerifier:
         if not isinstance(unverified, dict) or not _finite_times(unverified):
             raise Unauthorized
         algorithm = header.get("alg")
-        issuer = self._issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        iss = unverified.get("iss")
+        issuer = self._issuers.get(iss) if isinstance(iss, str) else None
         if issuer is not None:
             return await self._decode_issued(token, header, issuer)
         if unverified.get("iss") != self._issuer or algorithm not in self._algorithms:
@@ -219,6 +220,8 @@ class TokenVerifier:
             company: object = issuer.company
         else:
             company = claim_at(claims, issuer.company_claim or "")
+            if not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
+                raise Unauthorized
             if company in self._owned_companies:
                 raise Unauthorized  # owned by another issuer's fixed company
         if not _is_identifier(user) or not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):

@@ -260,7 +260,10 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("@"):
-                text = Path(text[1:]).read_text(encoding="utf-8")
+                try:
+                    text = Path(text[1:]).read_text(encoding="utf-8")
+                except OSError as exc:
+                    raise ValueError(f"AUTH_ISSUERS: cannot read {text[1:]!r}: {exc}") from exc
             return json.loads(text) if text else []
         return value
 
@@ -305,16 +308,17 @@ class Settings(BaseSettings):
             raise ValueError("AUTH_JWKS_CACHE_MIN_SECONDS exceeds AUTH_JWKS_CACHE_MAX_SECONDS")
         if (self.ui_oidc_issuer is None) != (self.ui_oidc_client_id is None):
             raise ValueError("set both UI_OIDC_ISSUER and UI_OIDC_CLIENT_ID, or neither")
-        if self.ui_oidc_issuer is not None and not _is_secure_url(
-            self.ui_oidc_issuer, self.auth_allow_http_issuers
+        if self.ui_oidc_issuer is not None and not is_allowed_url(
+            self.ui_oidc_issuer, allow_http=self.auth_allow_http_issuers
         ):
             raise ValueError(
                 "UI_OIDC_ISSUER must be an https:// URL (http:// only on loopback, or with "
                 "AUTH_ALLOW_HTTP_ISSUERS)"
             )
+        allow_http = self.auth_allow_http_issuers
         for entry in self.auth_issuers:
             for url in (entry.issuer, entry.jwks_uri):
-                if url is not None and not _is_secure_url(url, self.auth_allow_http_issuers):
+                if url is not None and not is_allowed_url(url, allow_http=allow_http):
                     raise ValueError(
                         f"AUTH_ISSUERS: {url!r} must be https:// (http:// only on loopback, "
                         "or with AUTH_ALLOW_HTTP_ISSUERS)"
@@ -377,18 +381,19 @@ class Settings(BaseSettings):
 
 
 _MIN_HMAC_SECRET_BYTES = 32
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def _is_secure_url(url: str, allow_http: bool) -> bool:
+def is_allowed_url(url: str, *, allow_http: bool) -> bool:
+    """`https://`, or `http://` on a loopback host (or anywhere with AUTH_ALLOW_HTTP_ISSUERS):
+    the URLs an issuer's discovery document and keys may be fetched from."""
     parts = urlsplit(url)
     if not parts.hostname:
         return False
     if parts.scheme == "https":
         return True
-    return parts.scheme == "http" and (
-        allow_http or parts.hostname in _LOOPBACK_HOSTS or parts.hostname.startswith("127.")
-    )
+    if parts.scheme != "http":
+        return False
+    return allow_http or is_loopback_host(parts.hostname)
 
 
 def is_loopback_host(host: str) -> bool:

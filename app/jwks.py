@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import math
 import re
@@ -29,12 +28,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
-from app.config import IssuerConfig, Settings
+from app.config import IssuerConfig, Settings, is_allowed_url
 
 logger = logging.getLogger(__name__)
 
@@ -51,23 +49,6 @@ _NO_STORE = re.compile(r"(?:^|,)\s*(?:no-store|no-cache)\s*(?:,|$)", re.IGNORECA
 
 class JwksError(Exception):
     """The provider's discovery document or JWKS could not be fetched or read."""
-
-
-def is_allowed_url(url: str, *, allow_http: bool) -> bool:
-    """`https://`, or `http://` on a loopback host (or anywhere with AUTH_ALLOW_HTTP_ISSUERS)."""
-    parts = urlsplit(url)
-    if not parts.hostname:
-        return False
-    if parts.scheme == "https":
-        return True
-    if parts.scheme != "http":
-        return False
-    if allow_http or parts.hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
-    except ValueError:
-        return False
 
 
 def cache_seconds(cache_control: str | None, *, default: int, lowest: int, highest: int) -> int:

@@ -1,7 +1,8 @@
 """`python -m app serve` writes no credential to its output: with a real JWT_SECRET and
 ENVIRONMENT left at its default, nothing it prints or logs (start-up, worker, access log of an
 authenticated request, shutdown) holds a token or the secret; only a run on the built-in
-development secret prints its development token, and that token works."""
+development secret prints its development token (which works), and only on a loopback address:
+on any other it refuses to start."""
 
 from __future__ import annotations
 
@@ -23,23 +24,31 @@ from app.config import DEV_JWT_SECRET, PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET, TokenFactory
 
 START_TIMEOUT_SECONDS = 60.0
+REFUSAL_TIMEOUT_SECONDS = 30.0  # the interpreter and the app's imports, nothing more
 JWT_SHAPE = re.compile(r"eyJ[\w-]+\.[\w-]+\.[\w-]*")
 
 
+def serve_env(env: dict[str, str]) -> dict[str, str]:
+    """Exactly `env`, with what it takes to run `python -m app` from another directory."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT_ROOT)} | env
+
+
 @contextmanager
-def serving(env: dict[str, str], workdir: Path) -> Iterator[tuple[int, Path]]:
-    """`python -m app serve` with exactly `env` (no ENVIRONMENT unless given, no .env: it runs
-    in `workdir`); its stdout and stderr in one file; stopped with SIGTERM on exit."""
+def serving(
+    env: dict[str, str], workdir: Path, host: str = "127.0.0.1"
+) -> Iterator[tuple[int, Path]]:
+    """`python -m app serve --host host` with exactly `env` (no ENVIRONMENT unless given, no
+    .env: it runs in `workdir`); its stdout and stderr in one file; stopped with SIGTERM on
+    exit."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     output = workdir / "serve.out"
     with output.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", str(port)],
+            [sys.executable, "-m", "app", "serve", "--host", host, "--port", str(port)],
             cwd=workdir,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT_ROOT)}
-            | env,
+            env=serve_env(env),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -104,11 +113,11 @@ def test_serve_with_a_real_secret_and_the_default_environment_prints_no_credenti
 
 
 @pytest.mark.slow
-def test_serve_on_the_development_secret_prints_a_working_development_token(
+def test_serve_on_loopback_with_the_development_secret_prints_a_working_development_token(
     database_url: str, tmp_path: Path
 ) -> None:
     env = run_env(database_url, tmp_path)  # no ENVIRONMENT, no JWT_SECRET: the built-in one
-    with serving(env, tmp_path) as (port, output):
+    with serving(env, tmp_path, host="127.0.0.1") as (port, output):
         printed = JWT_SHAPE.findall(output.read_text())
         # one token, printed on its own line and in the link that opens alice's memory page
         assert len(set(printed)) == 1, output.read_text()[-3000:]
@@ -119,3 +128,28 @@ def test_serve_on_the_development_secret_prints_a_working_development_token(
     assert '"operator"' in me
     assert '"space_admin"' in me
     assert DEV_JWT_SECRET not in output.read_text()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])  # noqa: S104 - the binds it refuses
+def test_serve_off_loopback_with_the_development_secret_refuses_to_start(
+    host: str, tmp_path: Path
+) -> None:
+    # A database nobody listens on: the refusal comes before any connection is tried.
+    env = run_env("postgresql://postgres@127.0.0.1:9/none", tmp_path)  # the built-in secret
+    finished = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--host", host, "--port", "0"],
+        cwd=tmp_path,
+        env=serve_env(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=REFUSAL_TIMEOUT_SECONDS,
+        check=False,
+    )
+    everything = finished.stdout + finished.stderr
+
+    assert finished.returncode != 0, everything
+    assert "JWT_SECRET" in finished.stderr
+    assert "Development token" not in everything
+    assert JWT_SHAPE.findall(everything) == []
+    assert DEV_JWT_SECRET not in everything
