@@ -9,10 +9,14 @@ Per issuer, one `IssuerKeys`:
 - Fetched at start-up (best effort), then kept for the response's `Cache-Control: max-age`
   clamped to [AUTH_JWKS_CACHE_MIN_SECONDS, AUTH_JWKS_CACHE_MAX_SECONDS]. Expired keys are still
   used while a refresh runs in the background (no request waits for a routine refresh).
-- A token whose `kid` is not in the set waits for one refresh: all such requests share the
-  fetch in flight, and fetches are at most one per AUTH_JWKS_REFRESH_INTERVAL_SECONDS, so a
-  flood of invented `kid`s costs one fetch per interval, not one per request. A provider that
-  publishes a key before signing with it (every provider's rotation) thus causes no 401.
+- A token whose `kid` is not in the set waits for a refresh: all such requests share the fetch
+  in flight, and fetches for unknown kids are at most one per
+  AUTH_JWKS_REFRESH_INTERVAL_SECONDS, so a flood of invented `kid`s costs one fetch per interval,
+  not one per request. That budget is apart from the routine fetches (start-up, expired keys,
+  /readyz), and a token that joined a fetch begun before its key was published may start one
+  more, so a provider that publishes a key and then signs with it (every provider's rotation)
+  causes no 401 however soon after another fetch it happens. The one window left: a new key's
+  first token within the interval after a fetch for another unknown `kid`.
 - A failed fetch keeps the keys held before; `stale_for()` tells /readyz how long ago the last
   good fetch was.
 """
@@ -122,7 +126,8 @@ class IssuerKeys:
         self._min_seconds = settings.auth_jwks_cache_min_seconds
         self._max_seconds = settings.auth_jwks_cache_max_seconds
         self._keys: KeySet | None = None
-        self._last_attempt = -math.inf
+        self._last_kid_fetch = -math.inf
+        self._last_failure = -math.inf
         self._in_flight: asyncio.Task[None] | None = None
 
     @property
@@ -135,35 +140,51 @@ class IssuerKeys:
         return math.inf if keys is None else self._clock() - keys.fetched_at
 
     async def keys_for(self, kid: str | None) -> list[JwkDict]:
-        """The keys that may have signed a token with `kid`: from the cache, else after one
-        (shared, rate-limited) refresh; empty when the issuer has none."""
+        """The keys that may have signed a token with `kid`: from the cache, else after a
+        refresh (shared, at most one per interval for unknown kids); empty when none fits."""
         keys = self._keys
         if keys is None or self._clock() >= keys.fresh_until:
-            self._start_refresh()  # routine: in the background while the held keys serve
+            self._start_fetch(for_kid=False)  # in the background while the held keys serve
         found = keys.matching(kid) if keys is not None else []
         if found:
             return found
-        task = self._in_flight or self._start_refresh()
+        in_flight = self._in_flight
+        if in_flight is not None:
+            # a fetch that began before the key was published may not hold it: after it, this
+            # token may still start one of its own (within the unknown-kid budget)
+            found = await self._after(in_flight, kid)
+            if found:
+                return found
+        task = self._start_fetch(for_kid=True)
+        return await self._after(task, kid) if task is not None else []
+
+    async def refresh(self) -> None:
+        """Fetch now unless a fetch is in flight or one failed within the interval (start-up,
+        readyz)."""
+        task = self._start_fetch(for_kid=False)
         if task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(task)
+
+    async def _after(self, task: asyncio.Task[None], kid: str | None) -> list[JwkDict]:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(task)
         keys = self._keys
         return keys.matching(kid) if keys is not None else []
 
-    async def refresh(self) -> None:
-        """Fetch now unless a fetch is in flight or ran within the interval (start-up, readyz)."""
-        task = self._in_flight or self._start_refresh()
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-
-    def _start_refresh(self) -> asyncio.Task[None] | None:
+    def _start_fetch(self, *, for_kid: bool) -> asyncio.Task[None] | None:
+        """Join the fetch in flight, or start one if its budget allows: fetches for unknown
+        kids at most one per interval (a flood of invented kids costs one), routine ones (keys
+        expired, start-up, readyz) again only an interval after a failed one."""
         if self._in_flight is not None:
             return self._in_flight
         now = self._clock()
-        if now - self._last_attempt < self._interval:
+        if for_kid:
+            if now - self._last_kid_fetch < self._interval:
+                return None
+            self._last_kid_fetch = now
+        elif now - self._last_failure < self._interval:
             return None
-        self._last_attempt = now
         task = asyncio.get_running_loop().create_task(self._fetch())
         self._in_flight = task
         task.add_done_callback(self._fetched)
@@ -181,6 +202,7 @@ class IssuerKeys:
             keys = signing_keys(_json(response))
         except (JwksError, httpx.HTTPError) as exc:
             logger.warning("JWKS of %s: %s", self.issuer, exc or type(exc).__name__)
+            self._last_failure = self._clock()
             self._observe("error")
             raise
         now = self._clock()

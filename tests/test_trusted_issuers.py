@@ -285,6 +285,23 @@ async def test_a_rotation_causes_no_401_and_concurrent_new_kids_share_one_fetch(
         assert (await me(http, new_key.sign(issuer.claims(sub="after")))).status_code == 200
 
 
+async def test_a_rotation_right_after_start_up_is_not_held_back_by_the_start_up_fetch(
+    database_url: str, issuer: FakeIssuer, rsa_key: SigningKey
+) -> None:
+    issuer.publish(rsa_key)
+    async with trusting(
+        database_url, [issuer.entry()], auth_jwks_refresh_interval_seconds=3600
+    ) as (_, http):
+        assert issuer.jwks_fetches == 1  # start-up
+        new_key = issuer.publish(SigningKey.generate("RS256", kid="rsa-3"))
+        assert (await me(http, new_key.sign(issuer.claims()))).status_code == 200
+        assert issuer.jwks_fetches == 2
+        # the unknown-kid budget of the interval is spent: an invented kid costs no fetch
+        invented = SigningKey.generate("RS256", kid="invented")
+        assert (await me(http, invented.sign(issuer.claims()))).status_code == 401
+        assert issuer.jwks_fetches == 2
+
+
 async def test_keys_are_kept_while_the_provider_is_down(
     database_url: str, issuer: FakeIssuer, rsa_key: SigningKey
 ) -> None:
