@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+IDP := tests/identity_provider
+IDP_STAMP := $(IDP)/node_modules/.installed
 
 .PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo eval clean
 
@@ -13,6 +15,16 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet -e './client[langchain]'
 	touch $(STAMP)
+
+# The OpenID Provider the identity tests start (oidc-provider on Node): its pinned packages,
+# installed again when package-lock.json changes. Without npm the rest of the tests still run;
+# those that need the provider fail and say what is missing.
+$(IDP_STAMP): $(IDP)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(IDP) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm not found: tests/identity needs Node.js >= 20.19 and npm"; \
+	fi
 
 run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
@@ -28,13 +40,13 @@ demo: $(STAMP)
 eval: $(STAMP)
 	$(BIN)/python -m eval $(EVAL_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(IDP_STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
 
 # The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
 # when missing (`make test` runs them too, and skips them without Chromium); screenshots of
 # every step in var/artifacts/browser/.
-test-browser: $(STAMP)
+test-browser: $(STAMP) $(IDP_STAMP)
 	.ci/install-chromium
 	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
