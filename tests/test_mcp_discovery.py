@@ -1,34 +1,22 @@
 """How an MCP client finds out where to sign in: the protected resource metadata (RFC 9728) of
-the service and of `/mcp`, the challenge of a 401 from `/mcp` that points at it, what a Host
-header can (and cannot) do to either, and the official SDK's OAuth client going from a 401 over
-real HTTP to the sign-in page of the identity provider the metadata names.
+the service and of `/mcp`, the challenge of a 401 from `/mcp` that points at it, and what a Host
+header can (and cannot) do to either. The official SDK's client following them to a real
+identity provider, signing in and calling the tools: tests/identity/test_mcp_sign_in.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import httpx2
 import pytest
-from fastapi import FastAPI, Request
-from mcp.client.auth import OAuthClientProvider
-from mcp.client.auth.utils import extract_resource_metadata_from_www_auth
-from mcp.shared.auth import (
-    OAuthClientInformationFull,
-    OAuthClientMetadata,
-    OAuthToken,
-    ProtectedResourceMetadata,
-)
+from mcp.shared.auth import ProtectedResourceMetadata
 
 from app.config import IssuerConfig
 from app.main import create_app
 from tests.helpers.apps import client_of, make_settings
-from tests.helpers.serving import served
 
 ROOT_DOCUMENT = "/.well-known/oauth-protected-resource"
 MCP_DOCUMENT = "/.well-known/oauth-protected-resource/mcp"
@@ -38,7 +26,6 @@ TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
 BAD_HOST = "The Host header is not a host name with an optional port."
 
-REALM = "/realms/memory"
 ISSUERS = [
     IssuerConfig(issuer="https://sso.example.com", audiences=["memory"], company="acme"),
     IssuerConfig(
@@ -211,117 +198,3 @@ async def test_a_host_header_that_is_not_a_host_reaches_neither_header_nor_docum
         assert response.status_code == 400
         assert response.headers["content-type"] == "application/problem+json"
         assert response.json()["detail"] == BAD_HOST  # the header is not echoed
-
-
-# --- the official SDK's OAuth client --------------------------------------------------------------
-
-
-def identity_provider() -> FastAPI:
-    """A provider that publishes its OpenID configuration at `REALM` (as Keycloak does) and
-    nothing else: enough for a client to learn where its sign-in page is."""
-    stub = FastAPI()
-
-    @stub.get(f"{REALM}/.well-known/openid-configuration")
-    async def configuration(request: Request) -> dict[str, object]:
-        issuer = f"{request.base_url}".rstrip("/") + REALM
-        return {
-            "issuer": issuer,
-            "authorization_endpoint": f"{issuer}/protocol/openid-connect/auth",
-            "token_endpoint": f"{issuer}/protocol/openid-connect/token",
-            "jwks_uri": f"{issuer}/protocol/openid-connect/certs",
-            "response_types_supported": ["code"],
-            "code_challenge_methods_supported": ["S256"],
-        }
-
-    return stub
-
-
-@dataclass
-class PreRegistered:
-    """The client's storage: no token yet, a client registered with the provider beforehand."""
-
-    client: OAuthClientInformationFull
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return None
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        raise AssertionError("no token is issued in this test")
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-class SignInPageOpened(Exception):
-    """Where the SDK sends the user's browser: the end of discovery."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.url = url
-
-
-@pytest.fixture(scope="module")
-async def provider_and_service(database_url: str) -> AsyncIterator[tuple[str, str]]:
-    """(the issuer, the service's base URL), both served by uvicorn; the service trusts the
-    issuer."""
-    async with served(identity_provider()) as provider_url:
-        issuer = provider_url + REALM
-        trusted = IssuerConfig(issuer=issuer, audiences=["memory"], company="acme")
-        settings = make_settings(database_url, auth_issuers=[trusted])
-        async with served(create_app(settings)) as base_url:
-            yield issuer, base_url
-
-
-async def test_the_sdk_client_finds_the_provider_from_a_401_and_opens_its_sign_in_page(
-    provider_and_service: tuple[str, str],
-) -> None:
-    issuer, base_url = provider_and_service
-    mcp_url = f"{base_url}/mcp"
-    redirect_uri = "http://127.0.0.1:33418/callback"
-    registered = OAuthClientInformationFull(
-        client_id="memory-assistant", redirect_uris=[redirect_uri]
-    )
-
-    async def open_browser(url: str) -> None:
-        raise SignInPageOpened(url)
-
-    async def no_callback() -> Any:
-        raise AssertionError("the sign-in page is never answered in this test")
-
-    oauth = OAuthClientProvider(
-        server_url=mcp_url,
-        client_metadata=OAuthClientMetadata(redirect_uris=[redirect_uri]),
-        storage=PreRegistered(registered),
-        redirect_handler=open_browser,
-        callback_handler=no_callback,
-    )
-    seen: list[tuple[str, str, int]] = []
-    named: list[str | None] = []
-
-    async def record(response: httpx2.Response) -> None:
-        request = response.request
-        seen.append((request.method, str(request.url), response.status_code))
-        if response.status_code == 401:
-            named.append(extract_resource_metadata_from_www_auth(response))
-
-    async with httpx2.AsyncClient(auth=oauth, event_hooks={"response": [record]}) as http:
-        with pytest.raises(SignInPageOpened) as opened:
-            await http.post(mcp_url, json=TOOLS_LIST, headers=MCP_ACCEPT)
-
-    assert named == [f"{base_url}{MCP_DOCUMENT}"]  # as the SDK reads the challenge
-    assert seen[:2] == [("POST", mcp_url, 401), ("GET", f"{base_url}{MCP_DOCUMENT}", 200)]
-    assert ("GET", f"{issuer}/.well-known/openid-configuration", 200) in seen
-    metadata = oauth.context.protected_resource_metadata
-    assert metadata is not None
-    assert str(metadata.resource) == mcp_url
-    assert oauth.context.auth_server_url == issuer
-
-    page = urlsplit(opened.value.url)
-    query = parse_qs(page.query)
-    assert f"{page.scheme}://{page.netloc}{page.path}" == f"{issuer}/protocol/openid-connect/auth"
-    assert query["client_id"] == ["memory-assistant"]
-    assert query["resource"] == [mcp_url]  # RFC 8707: the token is asked for this resource
-    assert query["code_challenge_method"] == ["S256"]

@@ -18,6 +18,12 @@ then answers CORS from that origin on its token endpoint:
     # UI_OIDC_ISSUER=provider.issuer, UI_OIDC_CLIENT_ID="memory-page"; the resource parameter
     # is optional (the provider defaults to its audience): {"resource": provider.resource()}
 
+A client that builds its own authorization request (an MCP client's OAuth, say) hands its URL
+to `sign_in`, which answers the forms as `access_token` does and returns where the provider
+redirects to, the authorization response in its query:
+
+    location = await provider.sign_in(authorization_url, "bob", redirect_uri=REDIRECT_URI)
+
 The sign-in form accepts any login and password; the login is the token's `sub`.
 
 Node and `npm ci` in `tests/identity_provider/` (`make test` runs it) are required: without
@@ -301,17 +307,34 @@ class IdentityProvider:
             raise IdentityProviderError(f"no access token in {response.text}")
         return token
 
+    async def sign_in(self, authorization_url: str, login: str, *, redirect_uri: str) -> str:
+        """Open `authorization_url` (the provider's authorization endpoint with a client's own
+        request) with a fresh cookie jar, answer the sign-in form as `login` and the consent
+        form, and return the URL the provider redirects to at `redirect_uri`: its query holds
+        the authorization response (`code`, `state`, `iss`, or an `error`), checked by nobody
+        here."""
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS) as browser:
+            return await self._follow_sign_in(browser, authorization_url, login, redirect_uri)
+
     async def _sign_in(
         self, browser: httpx.AsyncClient, url: str, login: str, client: OAuthClient, state: str
     ) -> str:
         """Follow the provider's redirects and fill its forms until it redirects to the client
         with a code; return the code."""
+        location = await self._follow_sign_in(browser, url, login, client.redirect_uri)
+        return self._code_from(location, state)
+
+    async def _follow_sign_in(
+        self, browser: httpx.AsyncClient, url: str, login: str, redirect_uri: str
+    ) -> str:
+        """Follow the provider's redirects and fill its forms until it redirects to
+        `redirect_uri`; return that redirect's URL."""
         response = await browser.get(url)
         for _ in range(MAX_FORM_STEPS):
             if response.is_redirect:
                 location = urljoin(str(response.url), response.headers["location"])
-                if location.startswith(client.redirect_uri):
-                    return self._code_from(location, state)
+                if location.startswith(redirect_uri):
+                    return location
                 response = await browser.get(location)
                 continue
             if response.status_code != 200:
