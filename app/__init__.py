@@ -2,8 +2,8 @@
 
 The packages depend one way, bottom to top; a module imports only from its own layer or below:
 
-1. infrastructure: the top-level modules (config, errors, db, auth, jwks, tokens, llm, limits,
-   pagination, observability, lean_routes, embedded_pg, operations, contract,
+1. infrastructure: the top-level modules (config, errors, db, auth, jwks, detectors, tokens,
+   llm, limits, pagination, observability, lean_routes, embedded_pg, operations, contract,
    api_tags, docs_pages); they import no package.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
    kinds and hand the worker their handlers and maintenance steps.
@@ -16,6 +16,8 @@ The packages depend one way, bottom to top; a module imports only from its own l
 7. `consolidation`: the job kinds it handles, the pipeline, its prompts and the offline engine.
 8. `turns`: the orchestrator's two calls (and explicit consolidation), composed from the above.
 9. `erasure`: `DELETE /v1/me`, which deletes what the packages below keep about the caller.
+   `portability`: a company's data exported and imported, and a user's import of their
+   memory export (through the profile gate, like every write).
 10. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
     services below; `ui`: the user's memory page (`/ui/memory`), static files that call the
     public API from the browser and import nothing of the domain.
@@ -32,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "db",
         "auth",
         "jwks",
+        "detectors",
         "tokens",
         "llm",
         "limits",
@@ -51,7 +54,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("profiles",),
     ("consolidation",),
     ("turns",),
-    ("erasure",),
+    ("erasure", "portability"),
     ("mcp_server", "ui"),
     ("main", "cli", "models", "__main__"),
 )

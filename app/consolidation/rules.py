@@ -27,6 +27,8 @@ from app.consolidation.rules_patterns import (
     extract_facts,
     phrase_key,
 )
+from app.detectors import find
+from app.enablement.memory_policy import DEFAULT_ACTIONS, Action
 from app.profiles.document import Operation, OpKind, Profile, Section, apply, sanitize_bullet
 from app.profiles.profile import strip_topic_prefix, topic_prefix
 
@@ -177,7 +179,8 @@ def _topic(text: str) -> str | None:
             cut = topic[: TOPIC_MAX_CHARS - 1]
             space = cut.rfind(" ", TOPIC_MAX_CHARS // 2)
             topic = sanitize_bullet(cut[:space] if space > 0 else cut).rstrip(" ,;:") + "…"
-        return topic or None
+        if topic and not _refused_by_default(topic):
+            return topic
     return None
 
 
@@ -316,6 +319,13 @@ def _never_store(sentence: str) -> bool:
     )
 
 
+def _refused_by_default(bullet: str) -> bool:
+    """Whether the memory policy gate would drop `bullet` under the default policy (a secret, a
+    card, an account, a national id, an instruction to the assistant). The gate still decides
+    with the company's policy; the engine only avoids proposing what it would refuse."""
+    return any(DEFAULT_ACTIONS[finding.category] is Action.DROP for finding in find(bullet))
+
+
 # --- facts and forget requests → operations -------------------------------------------------------
 
 
@@ -327,7 +337,7 @@ def _fact_operations(profile: Profile, fact: Fact) -> list[Operation]:
     """ADD a new fact; for a slot, UPDATE its bullet and DELETE any second, contradicting one."""
     text = sanitize_bullet(fact.text)
     bullets = profile.bullets(fact.section)
-    if not text:
+    if not text or _refused_by_default(text):
         return []
     slotted = [b for b in bullets if fact.slot is not None and re.match(fact.slot, _fold(b))]
     same = [b for b in bullets if _fold(b) == _fold(text)]

@@ -29,7 +29,7 @@ from app.profiles.profile import (
     empty_profile,
     preview,
 )
-from app.profiles.sanitize import MAX_BULLET_CHARS, sanitize_bullet
+from app.profiles.sanitize import MAX_BULLET_CHARS, is_legacy_bullet, sanitize_bullet
 
 __all__ = [
     "EMPTY_PLACEHOLDER",
@@ -85,7 +85,8 @@ def render(profile: Profile) -> str:
 def stored_body(text: str) -> str:
     """The body of a document this service rendered (`render`), without parsing it: everything
     after the frontmatter. For the load path, which must not pay for a full parse of a version
-    that was validated when it was written. Equal to `render_body(parse(text))`."""
+    that was validated when it was written. Equal to `render_body(parse(text))`, except for a
+    document stored before markup was neutralised, whose bullets come as stored."""
     end = text.find("\n" + FRONTMATTER_DELIMITER + "\n", len(FRONTMATTER_DELIMITER))
     if not text.startswith(FRONTMATTER_DELIMITER + "\n") or end < 0:
         raise ProfileFormatError("line 1: a stored profile starts with its frontmatter")
@@ -136,12 +137,17 @@ def parse(text: str) -> Profile:
     """Parse a stored memory.md document; anything but the canonical form is an error.
 
     Raises ``ProfileFormatError`` naming the first offending line. Guarantees
-    ``render(parse(text)) == text``.
+    ``render(parse(text)) == text``, with one exception: a document stored before bullets had
+    their markup neutralised (``is_legacy_bullet``) is read with each such bullet in its current
+    sanitised form, so the next write stores it that way.
     """
     lines = text.split("\n")
     frontmatter, body_start = _read_frontmatter(lines)
-    profile = _BodyReader(lines, lenient=False).read(body_start, frontmatter)
-    _require_canonical(text, render(profile))
+    reader = _BodyReader(lines, lenient=False)
+    profile = reader.read(body_start, frontmatter)
+    for index, bullet in reader.upgraded.items():
+        lines[index] = f"- {bullet}"
+    _require_canonical("\n".join(lines) if reader.upgraded else text, render(profile))
     return profile
 
 
@@ -243,6 +249,7 @@ class _BodyReader:
     def __init__(self, lines: list[str], *, lenient: bool) -> None:
         self.lines = lines
         self.lenient = lenient
+        self.upgraded: dict[int, str] = {}  # line index -> the sanitised form of a legacy bullet
 
     def read(self, start: int, frontmatter: Frontmatter) -> Profile:
         index = self._skip_blank(start)
@@ -300,6 +307,9 @@ class _BodyReader:
         clean = sanitize_bullet(text)
         if self.lenient:
             return [clean] if clean else []
+        if text and clean != text and is_legacy_bullet(text):
+            self.upgraded[index] = clean
+            return [clean]
         if not text or clean != text:
             raise _error(index, f"bullet is empty or not in sanitised form: {preview(text)}")
         return [text]

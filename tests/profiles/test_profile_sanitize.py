@@ -1,5 +1,6 @@
 """Hostile text from users and models can never change the document's structure or owner."""
 
+import re
 import unicodedata
 from datetime import UTC, datetime
 
@@ -22,6 +23,7 @@ from app.profiles.document import (
     render,
     sanitize_bullet,
 )
+from app.profiles.sanitize import is_legacy_bullet
 
 NOW = datetime(2026, 6, 18, 9, 5, tzinfo=UTC)
 OWNER = "user_123"
@@ -41,6 +43,13 @@ NASTY = [
     "-->",
     "<!-- hides the rest",
     "<script>alert(1)</script>",
+    "Works as a <svg onload=alert(1)> engineer",
+    "x</li><img src=x onerror=alert(1)>",
+    "<?php system('id') ?>",
+    "<https://evil.example/autolink>",
+    "[click](javascript:alert(1))",
+    "![](https://tracker.example/pixel.png?who=me)",
+    "[ref]: javascript:alert(1)",
     "a\u202eevil\u202c",
     "\u2066isolate\u2069 \u200eLRM\u200f \u061cALM",
     "nul\x00here",
@@ -79,6 +88,7 @@ def assert_inert(text: str) -> None:
     assert len(text) <= MAX_BULLET_CHARS
     assert text == text.strip()
     assert not text.startswith(("#", ">", "<", "- ", "---", "===", "```", "~~~", "* ", "+ "))
+    assert not re.search(r"<[A-Za-z/!?]|\]\(", text)
 
 
 def assert_structure_intact(document: str) -> None:
@@ -177,9 +187,12 @@ def test_structure_outside_a_bullet_is_refused_by_both_parsers(line: str) -> Non
         parse_body(document, user_id=OWNER)
 
 
-# Hostile texts that are not already inert once flattened onto one line.
+# Hostile texts that are not already inert once flattened onto one line (bullets stored before
+# markup was neutralised are read in their sanitised form instead: tested below).
 FLATTENED = [text.replace("\n", " ") for text in NASTY]
-UNSAFE_AS_IS = [text for text in FLATTENED if sanitize_bullet(text) != text]
+UNSAFE_AS_IS = [
+    text for text in FLATTENED if sanitize_bullet(text) != text and not is_legacy_bullet(text)
+]
 
 
 @pytest.mark.parametrize("raw", UNSAFE_AS_IS, ids=[repr(t[:30]) for t in UNSAFE_AS_IS])
@@ -200,3 +213,88 @@ def test_sanitize_is_idempotent_and_inert(text: str) -> None:
     assert sanitize_bullet(clean) == clean
     if clean:
         assert_inert(clean)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Works as a <svg onload=alert(1)> engineer",
+            "Works as a &lt;svg onload=alert(1)> engineer",
+        ),
+        ("<b>bold</b> claims", "&lt;b>bold&lt;/b> claims"),
+        ("Prefers List<T> generics", "Prefers List&lt;T> generics"),
+        ("Map<String, List<Integer>>", "Map&lt;String, List&lt;Integer>>"),
+        ("Latency < 5 ms, x<3 and a <= b", "Latency < 5 ms, x<3 and a <= b"),
+        ("<!DOCTYPE html> and <?xml?>", "&lt;!DOCTYPE html> and &lt;?xml?>"),
+        ("Reads [the docs](https://docs.example)", "Reads [the docs]\\(https://docs.example)"),
+        ("![](https://tracker.example/p.png)", "![]\\(https://tracker.example/p.png)"),
+        ("[ref]: javascript:alert(1)", "\\[ref]: javascript:alert(1)"),
+        ("[redacted: email] at work", "[redacted: email] at work"),
+        ("Uses &lt;T> already escaped", "Uses &lt;T> already escaped"),
+    ],
+)
+def test_markup_is_neutralised_and_text_stays_readable(text: str, expected: str) -> None:
+    assert sanitize_bullet(text) == expected
+    assert sanitize_bullet(expected) == expected
+
+
+MARKUP = [
+    "Works as a <svg onload=alert(1)> engineer",
+    "Prefers List<T> generics",
+    "</li></ul><script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "<a href='javascript:alert(1)'>x</a>",
+    "[click](javascript:alert(1))",
+    "![](https://tracker.example/pixel.png)",
+    "<https://evil.example>",
+]
+
+
+@pytest.mark.parametrize("text", MARKUP)
+def test_a_markdown_renderer_with_html_enabled_runs_nothing_from_a_bullet(text: str) -> None:
+    markdown_it = pytest.importorskip("markdown_it")
+    profile = apply(empty_profile(OWNER), [Operation(OpKind.ADD, Section.WORK, text=text)], NOW)
+
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).render(render(profile))
+
+    tags = set(re.findall(r"<(/?[A-Za-z][\w-]*)", html))
+    assert tags <= {
+        "hr",
+        "h1",
+        "/h1",
+        "h2",
+        "/h2",
+        "ul",
+        "/ul",
+        "li",
+        "/li",
+        "p",
+        "/p",
+        "em",
+        "/em",
+    }
+
+
+def test_generic_types_read_the_same_once_rendered() -> None:
+    markdown_it = pytest.importorskip("markdown_it")
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).render(
+        "- " + sanitize_bullet("Prefers List<T> generics") + "\n"
+    )
+
+    assert "List&lt;T&gt; generics" in html  # the browser shows List<T>
+
+
+def test_a_bullet_stored_before_markup_was_neutralised_is_read_in_its_sanitised_form() -> None:
+    legacy = "Works as a <svg onload=alert(1)> engineer"
+    document = render(empty_profile(OWNER)).replace(
+        "## Work Context\n_(empty)_", f"## Work Context\n- {legacy}\n- Prefers List<T> generics"
+    )
+
+    profile = parse(document)
+
+    assert profile.bullets(Section.WORK) == (
+        "Works as a &lt;svg onload=alert(1)> engineer",
+        "Prefers List&lt;T> generics",
+    )
+    assert parse(render(profile)) == profile

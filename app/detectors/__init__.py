@@ -1,0 +1,84 @@
+"""What a memory bullet must not hold: secrets, payment cards, bank accounts, national ids,
+e-mail addresses, phone numbers, and instructions addressed to the assistant. The only importer
+of detect-secrets, python-stdnum and phonenumbers.
+
+Pure: text in, findings out; no session, no settings. What happens to a finding (drop, redact,
+allow) is the company's memory policy (`app/enablement/memory_policy.py`), applied per bullet by
+`app/profiles/policy.py`. One module per family of detectors: `secrets` (detect-secrets' plugins
+and stated passwords), `numbers` (python-stdnum checksums), `contacts` (e-mail, phonenumbers),
+`instructions` (text addressed to the assistant); each module's docstring says what it finds
+and which look-alikes it deliberately lets pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from app.detectors.contacts import find_contacts
+from app.detectors.findings import Category, Finding
+from app.detectors.instructions import is_instruction
+from app.detectors.numbers import find_numbers
+from app.detectors.secrets import HIGH_ENTROPY, find_secrets
+
+__all__ = ["MAX_TEXT_CHARS", "Category", "Finding", "find"]
+
+MAX_TEXT_CHARS: Final = 4000
+"""Longest text a detector reads at once. A bullet is at most 500 characters; longer text is
+read in overlapping windows of this size, so nothing escapes the check and no pattern ever runs
+over more than this."""
+_WINDOW_OVERLAP: Final = 1000
+
+_PRIORITY: Final = tuple(Category)  # secrets first, instructions last
+_DETECTORS: Final = (find_secrets, find_numbers, find_contacts)
+
+
+def find(text: str) -> list[Finding]:
+    """Every finding in `text`, in order of `start`.
+
+    Overlapping value findings are merged into the one of the higher-priority category (secrets
+    first, phone numbers last; within a category the longer one). An instruction is a property
+    of the whole text rather than a value: it is reported in addition to any values, spanning
+    the whole text, so that a bullet holding both is judged by both.
+    """
+    findings: list[Finding] = []
+    instruction = False
+    for offset, window in _windows(text):
+        for detect in _DETECTORS:
+            findings += (
+                Finding(f.category, f.kind, f.start + offset, f.end + offset)
+                for f in detect(window)
+            )
+        instruction = instruction or is_instruction(window)
+    findings = _merge(findings)
+    if instruction:
+        findings.append(Finding(Category.INSTRUCTIONS, "instruction", 0, len(text)))
+    return sorted(findings, key=lambda finding: (finding.start, finding.end))
+
+
+def _windows(text: str) -> Iterator[tuple[int, str]]:
+    if len(text) <= MAX_TEXT_CHARS:
+        yield 0, text
+        return
+    step = MAX_TEXT_CHARS - _WINDOW_OVERLAP
+    for offset in range(0, len(text) - _WINDOW_OVERLAP, step):
+        yield offset, text[offset : offset + MAX_TEXT_CHARS]
+
+
+def _merge(findings: list[Finding]) -> list[Finding]:
+    """Of overlapping findings keep the one of the first category, then the longest, then a
+    specific kind over a mere high-entropy string."""
+    ranked = sorted(
+        set(findings),
+        key=lambda f: (
+            _PRIORITY.index(f.category),
+            f.start - f.end,
+            f.kind == HIGH_ENTROPY,
+            f.start,
+        ),
+    )
+    kept: list[Finding] = []
+    for finding in ranked:
+        if all(finding.end <= other.start or other.end <= finding.start for other in kept):
+            kept.append(finding)
+    return kept

@@ -1,0 +1,108 @@
+"""Numbers that identify a card, a bank account or a person, found by a tolerant candidate
+pattern and confirmed by python-stdnum's checksum validation.
+
+A candidate is never part of a longer number (no digit, and no decimal or thousands separator
+followed by a digit, on either side), so amounts, versions and dates are not read as ids.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from stdnum import iban, luhn
+from stdnum.ch import ssn as ch_ssn
+from stdnum.de import idnr as de_idnr
+from stdnum.fr import nir as fr_nir
+from stdnum.us import ssn as us_ssn
+
+from app.detectors.findings import Category, Finding
+
+_BEFORE: Final = r"(?<![\d.,/-])"
+_AFTER: Final = r"(?![\d/-]|[.,]\d)"
+
+# 13 to 19 digits, one run or groups joined by single spaces or hyphens.
+_CARD = re.compile(_BEFORE + r"\d(?:[ -]?\d){12,18}" + _AFTER)
+# The card schemes' issuer prefixes and lengths: Luhn alone passes one digit run in ten, these
+# leave about one 16-digit run in forty and one 13- or 15-digit run in a few hundred.
+_CARD_SCHEMES: Final = (
+    (re.compile(r"4"), frozenset({13, 16, 19})),  # Visa
+    (re.compile(r"5[1-5]|222[1-9]|22[3-9]\d|2[3-6]|27[01]|2720"), frozenset({16})),  # Mastercard
+    (re.compile(r"3[47]"), frozenset({15})),  # American Express
+    (re.compile(r"6011|64[4-9]|65|62"), frozenset({16, 17, 18, 19})),  # Discover, UnionPay
+    (re.compile(r"35(?:2[89]|[3-8])"), frozenset({16, 17, 18, 19})),  # JCB
+    (re.compile(r"3(?:0[0-5]|[689])"), frozenset(range(14, 20))),  # Diners Club
+)
+_IBAN = re.compile(
+    r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,4})?"
+    r"(?![A-Za-z0-9])"
+)
+_AHV = re.compile(_BEFORE + r"756[ .]?\d{4}[ .]?\d{4}[ .]?\d{2}" + _AFTER)
+_DE_IDNR = re.compile(_BEFORE + r"[1-9]\d(?: ?\d{3}){3}" + _AFTER)
+_US_SSN = re.compile(_BEFORE + r"\d{3}([ -])\d{2}\1\d{4}" + _AFTER)
+_NINE_DIGITS = re.compile(_BEFORE + r"\d{9}" + _AFTER)
+_SSN_CONTEXT = re.compile(r"\b(?:ssn|social security)\b", re.IGNORECASE)
+_NINO = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![A-Za-z0-9])")
+_NINO_UNUSED_PREFIXES = frozenset({"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"})
+_FR_NIR = re.compile(
+    _BEFORE
+    + r"[12] ?\d{2} ?(?:0[1-9]|1[0-2]|[2-9]\d) ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}"
+    + _AFTER
+)
+
+
+def find_numbers(text: str) -> Iterator[Finding]:
+    for match in _CARD.finditer(text):
+        digits = re.sub(r"\D", "", match[0])
+        if _evenly_grouped(match[0]) and _is_card(digits):
+            yield Finding(Category.PAYMENT_CARDS, "card-number", match.start(), match.end())
+    for match in _IBAN.finditer(text):
+        length = _valid_prefix(match[0])
+        if length:
+            yield Finding(Category.BANK_ACCOUNTS, "iban", match.start(), match.start() + length)
+    checks: tuple[tuple[re.Pattern[str], Callable[[str], bool], str], ...] = (
+        (_AHV, ch_ssn.is_valid, "ch-ahv"),
+        (_DE_IDNR, de_idnr.is_valid, "de-tax-id"),
+        (_US_SSN, lambda number: us_ssn.is_valid(number.replace(" ", "-")), "us-ssn"),
+        (_NINO, _is_nino, "uk-nino"),
+        (_FR_NIR, fr_nir.is_valid, "fr-nir"),
+    )
+    for pattern, is_valid, kind in checks:
+        for match in pattern.finditer(text):
+            if is_valid(match[0]):
+                yield Finding(Category.NATIONAL_IDS, kind, match.start(), match.end())
+    if _SSN_CONTEXT.search(text):  # an undivided SSN is nine digits: only where one is named
+        for match in _NINE_DIGITS.finditer(text):
+            if us_ssn.is_valid(match[0]):
+                yield Finding(Category.NATIONAL_IDS, "us-ssn", match.start(), match.end())
+
+
+def _is_card(digits: str) -> bool:
+    schemes = (lengths for prefix, lengths in _CARD_SCHEMES if prefix.match(digits))
+    return any(len(digits) in lengths for lengths in schemes) and luhn.is_valid(digits)
+
+
+def _evenly_grouped(candidate: str) -> bool:
+    """One digit run, or groups of at least four digits joined by one kind of separator (a
+    card is written 4111 1111 1111 1111 or 3782-822463-10005, not 1 2 3 4 ...)."""
+    groups = re.split(r"[ -]", candidate)
+    return len(set(re.sub(r"\d", "", candidate))) <= 1 and all(len(g) >= 4 for g in groups[:-1])
+
+
+def _valid_prefix(candidate: str) -> int:
+    """The length of the longest valid IBAN among the candidate and its prefixes that end at a
+    group (0 if none): the pattern may have run on into a following code or word."""
+    ends = [len(candidate), *(i for i in range(len(candidate) - 1, 14, -1) if candidate[i] == " ")]
+    return next((end for end in ends if iban.is_valid(candidate[:end])), 0)
+
+
+def _is_nino(candidate: str) -> bool:
+    """A UK National Insurance number by HMRC's allocation rules; it has no check digit, and
+    python-stdnum has no module for it."""
+    compact = candidate.replace(" ", "")
+    return (
+        compact[0] not in "DFIQUV"
+        and compact[1] not in "DFIQUVO"
+        and compact[:2] not in _NINO_UNUSED_PREFIXES
+    )
