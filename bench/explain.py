@@ -92,7 +92,9 @@ async def hot_plans(dsn: str, company: str, user: str, chat: str, space: str) ->
 
         turn_id, job_id = uuid.uuid4(), uuid.uuid4()
         params = {
+            "user_lock_key": history.user_history_lock_key(company, user),
             "chat_lock_key": history.chat_lock_key(company, user, f"{chat}-explain"),
+            "folder_path": user_folder_path(user),
             "company_id": company,
             "user_id": user,
             "chat_id": f"{chat}-explain",
@@ -114,20 +116,21 @@ async def hot_plans(dsn: str, company: str, user: str, chat: str, space: str) ->
             "response_body": b"{}",
             "ttl_hours": 24,
         }
-        sql, names = history._SAVE_TURN[(True, True)]
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            plans.append(
-                await explain(
-                    conn,
-                    "/turns: the write (turn, messages, job, record; rolled back)",
-                    sql,
-                    [params[n] for n in names],
+        sql, names = turns._TURN_WRITE[(True, True)]
+        for kind in ("", ", no seqscan"):
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                plans.append(
+                    await explain(
+                        conn,
+                        f"/turns: the write (turn, messages, job, record; rolled back){kind}",
+                        sql,
+                        [params[n] for n in names],
+                    )
                 )
-            )
-        finally:
-            await transaction.rollback()
+            finally:
+                await transaction.rollback()
         return plans
     finally:
         await conn.close()

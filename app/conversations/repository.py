@@ -1,10 +1,10 @@
 """The history store: a turn and its messages written in one statement, read back page by page,
-deleted per chat. Every statement filters by (company_id, user_id): two users' chats with the
-same id never meet. SQL only; never commits.
+deleted per chat or per user. Every statement filters by (company_id, user_id): two users' chats
+with the same id never meet. SQL only; never commits.
 
-The turn-save and the history read are on the orchestrator's hot path: they run on a driver
-connection (asyncpg) with statements built once at import and prepared once per connection; no
-ORM objects, no per-request compilation. The rest uses the request's session.
+The turn write and the history read are on the orchestrator's hot path: this module exports them
+as fragments that `app/turns` composes into its one statement per call (built once at import,
+prepared once per connection, run on a driver connection). The rest uses the request's session.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.auth import Principal
 from app.conversations.modes import Message, MessageSource, Role
-from app.db import positional
-from app.errors import Conflict
-from app.jobs.enqueue import ENQUEUE_JOB_CTE, NewJob, enqueue_params
 
 
 @dataclass(frozen=True)
@@ -73,33 +69,69 @@ def chat_lock_key(company_id: str, user_id: str, chat_id: str) -> str:
     return f"turns.chat\x1f{company_id}\x1f{user_id}\x1f{chat_id}"
 
 
-_TURN_AND_MESSAGES = """
-WITH chat_lock AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS held
-), turn AS (
+def user_history_lock_key(company_id: str, user_id: str) -> str:
+    """The advisory-lock key of one user's whole history: turn writes hold it shared, the
+    erasure of the user exclusively (`lock_user_history`)."""
+    return f"turns.user\x1f{company_id}\x1f{user_id}"
+
+
+_LOCK_USER_HISTORY = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+async def lock_user_history(session: AsyncSession, company_id: str, user_id: str) -> None:
+    """Wait until no turn of the user is being written, and keep new ones out until the
+    caller's transaction ends.
+
+    Every turn write holds the same lock shared (`TURN_LOCKS_CTE`), from before it writes until
+    it commits. The eraser takes it before it deletes anything: each statement it runs after
+    that sees every turn written before, with its messages and its job; and a turn write that
+    arrives meanwhile waits for the erasure to commit, then writes after it.
+    """
+    key = user_history_lock_key(company_id, user_id)
+    await session.execute(_LOCK_USER_HISTORY, {"key": key})
+
+
+# --- the turn write, as fragments of the turn-save's one statement (composed in app/turns) ------
+
+TURN_LOCKS_CTE: Final = """
+WITH turn_locks AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock_shared(hashtextextended(:user_lock_key, 0)) AS user_held,
+           pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS chat_held
+)"""
+"""The first entry of a turn write's `WITH`: the user's history lock, shared (see
+`lock_user_history`), then the chat's lock, both held until the write commits. Turn writes of one
+chat are therefore serialised: message ids follow commit order within a chat, and each turn's
+messages are contiguous in id order, so a reader paging by id never sees half a turn nor one
+turn's messages interleaved with another's."""
+
+TURN_ROWS_CTE: Final = """, turn AS (
     INSERT INTO turns (company_id, id, user_id, chat_id, space_id, history_mode, language_model)
-    VALUES (:company_id, CAST(:turn_id AS uuid), :user_id, :chat_id, :space_id, :history_mode,
-            :language_model)
+    SELECT :company_id, CAST(:turn_id AS uuid), :user_id, :chat_id, :space_id, :history_mode,
+           :language_model
+    FROM planned
 ), message AS (
     INSERT INTO chat_messages
         (company_id, user_id, chat_id, turn_id, role, content, source, tokens)
     SELECT :company_id, :user_id, :chat_id, CAST(:turn_id AS uuid),
            m.role, m.content, m.source, m.tokens
-    FROM chat_lock,
+    FROM planned,
          unnest(CAST(:roles AS varchar[]), CAST(:contents AS varchar[]),
                 CAST(:sources AS varchar[]), CAST(:tokens AS integer[]))
              WITH ORDINALITY AS m(role, content, source, tokens, position)
     ORDER BY m.position
     RETURNING 1
 )"""
+"""The turn and its messages, in order; written only when the composed statement's `planned` entry
+(which runs after `TURN_LOCKS_CTE`) has a row."""
 
-# Called only while holding the key's advisory lock and after reading no live record, so the
+# Written only while holding the key's advisory lock and after reading no live record, so the
 # conflict branch only ever replaces an expired record; `stored = 0` means that did not hold.
-_IDEMPOTENCY = """, idempotency AS (
+IDEMPOTENCY_RECORD_CTE: Final = """, idempotency AS (
     INSERT INTO idempotency_keys AS k
         (company_id, user_id, key, request_hash, response_status, response_body, expires_at)
-    VALUES (:company_id, :user_id, :idempotency_key, :request_hash, :response_status,
-            CAST(:response_body AS bytea), now() + make_interval(hours => :ttl_hours))
+    SELECT :company_id, :user_id, :idempotency_key, :request_hash, :response_status,
+           CAST(:response_body AS bytea), now() + make_interval(hours => :ttl_hours)
+    FROM planned
     ON CONFLICT (company_id, user_id, key) DO UPDATE
         SET request_hash = EXCLUDED.request_hash,
             response_status = EXCLUDED.response_status,
@@ -109,45 +141,13 @@ _IDEMPOTENCY = """, idempotency AS (
         WHERE k.expires_at <= now()
     RETURNING 1
 )"""
+"""The keyed request's record, written with the turn (only when `planned` has a row)."""
 
 
-def _save_turn_statement(with_job: bool, with_record: bool) -> tuple[str, tuple[str, ...]]:
-    stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
-    # constant fragments of this module, never user input
-    parts = [
-        _TURN_AND_MESSAGES,
-        ENQUEUE_JOB_CTE if with_job else "",
-        _IDEMPOTENCY if with_record else "",
-    ]
-    parts.append(f"\nSELECT (SELECT count(*) FROM message) AS saved, {stored} AS stored")  # noqa: S608
-    return positional("".join(parts))
-
-
-_SAVE_TURN = {
-    (job, record): _save_turn_statement(job, record)
-    for job in (False, True)
-    for record in (False, True)
-}
-
-
-async def save_turn(
-    conn: asyncpg.Connection,
-    turn: NewTurn,
-    messages: Sequence[NewMessage],
-    *,
-    job: NewJob | None = None,
-    record: NewIdempotencyRecord | None = None,
-) -> int:
-    """Write the turn, its messages (in order) and optionally its job and idempotency record,
-    in ONE statement (atomic on its own, or part of the caller's transaction); returns how many
-    messages were saved.
-
-    Ordering contract: the statement first takes a transaction-level advisory lock on the chat,
-    held until commit, so turn-saves of one chat are serialised. Message ids therefore follow
-    commit order within a chat, and each turn's messages are contiguous in id order: a reader
-    paging by id never sees half a turn nor one turn's messages interleaved with another's.
-    """
-    params: dict[str, object] = {
+def turn_params(turn: NewTurn, messages: Sequence[NewMessage]) -> dict[str, object]:
+    """The parameters of `TURN_LOCKS_CTE` and `TURN_ROWS_CTE` for `turn` and its `messages`."""
+    return {
+        "user_lock_key": user_history_lock_key(turn.company_id, turn.user_id),
         "chat_lock_key": chat_lock_key(turn.company_id, turn.user_id, turn.chat_id),
         "company_id": turn.company_id,
         "user_id": turn.user_id,
@@ -161,22 +161,17 @@ async def save_turn(
         "sources": [m.source for m in messages],
         "tokens": [m.tokens for m in messages],
     }
-    if job is not None:
-        params |= enqueue_params(job)
-    if record is not None:
-        params |= {
-            "idempotency_key": record.key,
-            "request_hash": record.request_hash,
-            "response_status": record.response_status,
-            "response_body": record.response_body,
-            "ttl_hours": record.ttl_hours,
-        }
-    sql, names = _SAVE_TURN[(job is not None, record is not None)]
-    row = await conn.fetchrow(sql, *[params[name] for name in names])
-    if record is not None and row["stored"] != 1:
-        # a live record appeared although we hold its lock: never save the turn twice
-        raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
-    return int(row["saved"])
+
+
+def record_params(record: NewIdempotencyRecord) -> dict[str, object]:
+    """The parameters of `IDEMPOTENCY_RECORD_CTE`."""
+    return {
+        "idempotency_key": record.key,
+        "request_hash": record.request_hash,
+        "response_status": record.response_status,
+        "response_body": record.response_body,
+        "ttl_hours": record.ttl_hours,
+    }
 
 
 # --- the newest history as a fragment of the orchestrator's one-statement read (app/turns) -------

@@ -22,11 +22,12 @@ class DeletedOut(BaseModel):
 
 class AnonymisedOut(BaseModel):
     audit_events: int = Field(
-        description="Audit events of changes you made to company flags or spaces, kept without "
-        "your id"
+        description="Audit events of changes you made to company flags, spaces or memory "
+        "policies, kept without your id"
     )
     settings: int = Field(
-        description="Company flags and spaces you changed last, kept without your id"
+        description="Company flags, spaces and memory policies you changed last, kept without "
+        "your id"
     )
 
 

@@ -3,17 +3,22 @@ caller, deleted in the request's one transaction.
 
 Deleted: the profile with its versions, the memory.md row and the folder `user-memory/<user_id>`
 with its ACL; every chat (turns and messages); every job, finished ones included; every
-idempotency record; the stored setting; the audit events about the user. Anonymised (the
-companies' records, not the user's): the audit events the user caused on company flags and
-spaces, and `updated_by` of the flags and spaces the user changed last, now naming
+idempotency record; the stored setting; the audit events about the user; the record of what
+the memory policy kept out of the user's memory (with memory.md). Anonymised (the companies'
+records, not the user's): the audit events the user caused on company flags, spaces and memory
+policies, and `updated_by` of the flags, spaces and policies the user changed last, now naming
 `audit.ERASED_ACTOR`. "The user" there is the actor (the caller's company, the caller's id),
 both matching, in whichever company's records (an operator changes other companies' flags).
 Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else.
 
-It takes the user-memory lock first, as the opt-out does: a consolidation that read the memory
-before the erasure either commits first (and is deleted here) or writes after it and is refused,
-because the folder it needs is gone. Erasure is not a ban: a later turn of the same user starts
-from nothing, with the setting at its default.
+It first takes the user's history lock, which every turn-save holds shared while it writes: a
+turn written before is seen, and deleted whole (messages, turn, job, idempotency record); a turn
+written after waits for the erasure to commit, finds the memory folder gone and is planned again
+from nothing (`app/turns/save.py`), so no job outlives its turn and no later turn is lost. Then
+the user-memory lock, as the opt-out does: a consolidation that read the memory before the
+erasure either commits first (and is deleted here) or writes after it and is refused, because
+the folder it needs is gone. Erasure is not a ban: a later turn of the same user starts from
+nothing, with the setting at its default.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
-from app.conversations.repository import delete_user_history
+from app.conversations.repository import delete_user_history, lock_user_history
 from app.enablement import audit
 from app.enablement.repository import anonymise_editor, delete_user_setting
 from app.jobs.repository import delete_every_user_job
@@ -48,7 +53,7 @@ class Deleted:
 @dataclass(frozen=True)
 class Anonymised:
     audit_events: int
-    settings: int  # company flags and space settings the user changed last
+    settings: int  # company flags, space settings and memory policies the user changed last
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
     """Erase the caller (see the module docstring); a second call finds nothing and reports
     zeros, and records no second event."""
     company_id, user_id = principal.company_id, principal.user_id
+    await lock_user_history(session, company_id, user_id)
     await lock_user_memory(session, company_id, user_id)
     memory = await delete_user_memory(session, company_id, user_id)
     jobs = memory.jobs + await delete_every_user_job(session, company_id, user_id)

@@ -163,6 +163,25 @@ async def delete_folder(session: AsyncSession, company_id: str, path: str) -> bo
     return (await session.execute(statement)).first() is not None
 
 
+# --- the user's folder held by the orchestrator's turn write (app/turns) -------------------------
+
+
+def user_folder_key_share(after: str) -> str:
+    """A `SELECT` of the id of the folder at :folder_path in :company_id, key-share-locked until
+    the transaction ends, for a `WITH` entry that must run once the earlier entry `after` (a
+    constant of the composing statement, never user input) has run: its locks are taken first.
+
+    Being a locking read it answers with the newest committed row, not with the statement's
+    snapshot: a folder deleted by a transaction that committed while the statement waited for
+    a lock is no row. While held, the folder cannot be deleted (an erasure or opt-out waits).
+    """
+    return f"""
+    SELECT fo.id FROM folders fo
+    WHERE fo.company_id = :company_id AND fo.path = :folder_path
+      AND EXISTS (SELECT FROM {after})
+    FOR KEY SHARE OF fo"""  # noqa: S608
+
+
 # --- a folder and its parent as a fragment of the orchestrator's one-statement read (app/turns) ---
 
 

@@ -1,5 +1,5 @@
 """The producers' side of the queue: the kinds domains register, and queuing a job, alone or
-inside a producer's own statement (`ENQUEUE_JOB_CTE`), with its payload checked once."""
+inside a producer's own statement (`enqueue_job_cte`), with its payload checked once."""
 
 from __future__ import annotations
 
@@ -52,18 +52,22 @@ class NewJob:
             raise ValueError("max_attempts must be at least 1")
 
 
-ENQUEUE_JOB_CTE: Final = """, job AS (
+def enqueue_job_cte(gate: str) -> str:
+    """A `WITH` entry that queues `NewJob` exactly as `enqueue_job` does when the earlier entry
+    named `gate` (a constant of the composing statement, never user input) has a row, for a
+    statement that binds `:company_id` and `:user_id` itself; its other parameters come from
+    `enqueue_params`."""
+    return f""", job AS (
     INSERT INTO jobs
         (company_id, id, user_id, kind, status, payload, attempts, max_attempts, created_at)
-    VALUES (:company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
-            CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp())
-)"""
-"""A `WITH` entry that queues `NewJob` exactly as `enqueue_job` does, for a statement that binds
-`:company_id` and `:user_id` itself; its other parameters come from `enqueue_params`."""
+    SELECT :company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
+           CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp()
+    FROM {gate}
+)"""  # noqa: S608
 
 
 def enqueue_params(job: NewJob) -> dict[str, object]:
-    """The `ENQUEUE_JOB_CTE` parameters of `job`."""
+    """The `enqueue_job_cte` parameters of `job`."""
     return {
         "job_id": job.id,
         "job_kind": job.kind,

@@ -1,5 +1,5 @@
 """SQL of the orchestrator's two calls: the single SELECT behind `/context`, the settings read
-of `/turns`, idempotency locks and records.
+and the single write of `/turns`, idempotency locks and records.
 
 The hot statements are composed once, at import, from the fragments and row mappers their
 owners export (enablement, profiles, folders, conversations), and run on a driver connection
@@ -9,6 +9,7 @@ objects, no per-request compilation, one round trip each. Never commits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -19,8 +20,16 @@ from app.auth import Principal
 from app.conversations.repository import (
     HISTORY_COLUMNS,
     HISTORY_JOIN,
+    IDEMPOTENCY_RECORD_CTE,
+    TURN_LOCKS_CTE,
+    TURN_ROWS_CTE,
+    NewIdempotencyRecord,
+    NewMessage,
+    NewTurn,
     StoredHistory,
+    record_params,
     stored_history_of,
+    turn_params,
 )
 from app.db import positional
 from app.enablement.repository import (
@@ -30,8 +39,15 @@ from app.enablement.repository import (
     enablement_inputs_of,
     enablement_params,
 )
+from app.errors import Conflict
 from app.folders.acl import FolderNode, user_folder_path
-from app.folders.repository import FOLDER_COLUMNS, folder_joins, folder_node_of
+from app.folders.repository import (
+    FOLDER_COLUMNS,
+    folder_joins,
+    folder_node_of,
+    user_folder_key_share,
+)
+from app.jobs.enqueue import NewJob, enqueue_job_cte, enqueue_params
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
     HEAD_PROFILE_FOLDER_ID,
@@ -161,6 +177,68 @@ async def select_turn_settings(
 def idempotency_lock_key(company_id: str, user_id: str, key: str) -> str:
     """The advisory-lock key of an Idempotency-Key, scoped to its (company, user)."""
     return f"turns.idempotency\x1f{company_id}\x1f{user_id}\x1f{key}"
+
+
+# The write goes ahead (`planned` has a row) once the turn's locks are held and, when it queues
+# a job, while the user's memory folder still exists: it is held until commit (see `write_turn`).
+_PLANNED = ", planned AS MATERIALIZED (SELECT 1 FROM turn_locks)"
+_PLANNED_WITH_FOLDER = f", planned AS MATERIALIZED ({user_folder_key_share('turn_locks')}\n)"
+
+
+def _turn_write(with_job: bool, with_record: bool) -> tuple[str, tuple[str, ...]]:
+    stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
+    # constant fragments of their owners, never user input
+    parts = [
+        TURN_LOCKS_CTE,
+        _PLANNED_WITH_FOLDER if with_job else _PLANNED,
+        TURN_ROWS_CTE,
+        enqueue_job_cte("planned") if with_job else "",
+        IDEMPOTENCY_RECORD_CTE if with_record else "",
+        "\nSELECT (SELECT count(*) FROM planned) AS planned,"  # noqa: S608
+        f" (SELECT count(*) FROM message) AS saved, {stored} AS stored",
+    ]
+    return positional("".join(parts))
+
+
+_TURN_WRITE = {
+    (job, record): _turn_write(job, record) for job in (False, True) for record in (False, True)
+}
+
+
+async def write_turn(
+    conn: asyncpg.Connection,
+    turn: NewTurn,
+    messages: Sequence[NewMessage],
+    *,
+    job: NewJob | None = None,
+    record: NewIdempotencyRecord | None = None,
+) -> bool:
+    """Write the turn, its messages (in order) and optionally its job and idempotency record,
+    in ONE statement (atomic on its own, or part of the caller's transaction); True when
+    written, False when nothing was written because the user's memory folder is gone.
+
+    The statement first takes the user's history lock shared and the chat's lock
+    (`TURN_LOCKS_CTE`: an erasure of the user waits for the write to commit, or the write
+    waits for the erasure to commit; turns of one chat commit in order). With a job, it then
+    key-share-locks the user's memory folder and writes only if the folder is still there:
+    the settings that planned the job were read before, and an erasure or opt-out may have
+    deleted the memory since, even while this statement waited for its locks. Held until
+    commit, the folder is deleted, with the pending jobs, only after this turn is written.
+    False asks the caller to plan the turn again on what is stored now.
+    """
+    params = turn_params(turn, messages)
+    if job is not None:
+        params |= enqueue_params(job) | {"folder_path": user_folder_path(turn.user_id)}
+    if record is not None:
+        params |= record_params(record)
+    sql, names = _TURN_WRITE[(job is not None, record is not None)]
+    row = await conn.fetchrow(sql, *[params[name] for name in names])
+    if not row["planned"]:
+        return False
+    if record is not None and row["stored"] != 1:
+        # a live record appeared although we hold its lock: never save the turn twice
+        raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
+    return True
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"

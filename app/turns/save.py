@@ -8,6 +8,13 @@ advisory lock, the settings and record read, the write (record included), COMMIT
 the answer. The first enabled turn of a user also creates the per-user folder (folders
 service), in a transaction of its own: creating it is idempotent, and a turn whose write then
 fails leaves only that folder, which the next turn would have created anyway.
+
+Against an erasure of the user (`DELETE /v1/me`) the write is all or nothing, and so is its
+plan: an erasure that commits before the write is seen by it (the memory folder the plan
+queued a job for is gone, so nothing is written and the turn is planned again on what is
+stored now: a fresh start, whose job is consolidated like any other); one that starts while
+the write is in flight waits for it to commit and deletes the whole turn
+(`repository.write_turn`). The same holds against an opt-out, which deletes the folder too.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from app.turns.plan import TurnPlan, plan_turn, skip_reason
 from app.turns.schemas import TurnRequest
 
 QUEUED, SKIPPED = 202, 201
+MAX_PLANS = 3  # a turn planned again this often lost its memory to an erasure each time
 FOLDER_REFUSED_REASON = (
     "Context memory is enabled, but the access check refused creating your memory folder; "
     "nothing was queued."
@@ -95,17 +103,36 @@ async def _save(
     settings: Settings,
     tokens: TokenCounters,
 ) -> TurnOutcome:
+    principal, key = submission.principal, submission.idempotency_key
+    # inside the caller's transaction: the lock lasts until COMMIT
+    if key is not None and not await repository.try_lock_idempotency_key(
+        conn, principal.company_id, principal.user_id, key
+    ):
+        raise Conflict(
+            "A request with this Idempotency-Key is still in progress; retry later.",
+            headers={"Retry-After": "1"},
+        )
+    for _ in range(MAX_PLANS):
+        outcome = await _plan_and_write(conn, database, submission, settings, tokens)
+        if outcome is not None:
+            return outcome
+    raise Conflict(
+        "Your memory was deleted while this turn was being saved; nothing was saved, retry.",
+        headers={"Retry-After": "1"},
+    )
+
+
+async def _plan_and_write(
+    conn: asyncpg.Connection,
+    database: Database,
+    submission: TurnSubmission,
+    settings: Settings,
+    tokens: TokenCounters,
+) -> TurnOutcome | None:
+    """Read the settings, plan the turn and write it; None when nothing was written because
+    the memory the plan queued a job for was deleted meanwhile (plan again)."""
     principal, request, key = submission.principal, submission.request, submission.idempotency_key
-    request_hash = None
-    if key is not None:  # inside the caller's transaction: the lock lasts until COMMIT
-        if not await repository.try_lock_idempotency_key(
-            conn, principal.company_id, principal.user_id, key
-        ):
-            raise Conflict(
-                "A request with this Idempotency-Key is still in progress; retry later.",
-                headers={"Retry-After": "1"},
-            )
-        request_hash = idempotency.request_hash(submission.chat_id, request)
+    request_hash = None if key is None else idempotency.request_hash(submission.chat_id, request)
     row = await repository.select_turn_settings(
         conn, principal.company_id, principal.user_id, request.space_id, key
     )
@@ -136,7 +163,8 @@ async def _save(
         record = history.NewIdempotencyRecord(
             key, request_hash, status, body, settings.idempotency_ttl_hours
         )
-    await history.save_turn(conn, turn, messages, job=job, record=record)
+    if not await repository.write_turn(conn, turn, messages, job=job, record=record):
+        return None
     return TurnOutcome(status, body, replayed=False)
 
 
