@@ -28,10 +28,10 @@ OPENAPI_TAGS: Final[list[dict[str, Any]]] = [
         "name": USER,
         "description": (
             "The person, with their own token (a settings page, an assistant, a script): who "
-            "the token says they are; their memory profile, its versions, diffs, restore and "
-            "export; the context memory switch and whether memory is active in a space; an "
-            "explicit consolidation and the job it queues; and erasing everything held about "
-            "them. No path names a user: the token says whose data it is."
+            "the token says they are; their memory profile, its versions, diffs, restore, "
+            "export and import; the context memory switch and whether memory is active in a "
+            "space; an explicit consolidation and the job it queues; and erasing everything "
+            "held about them. No path names a user: the token says whose data it is."
         ),
     },
     {
@@ -48,7 +48,8 @@ OPENAPI_TAGS: Final[list[dict[str, Any]]] = [
         "description": (
             "The people who run the service, across companies (the `operator` role): the "
             "company feature flags that switch context memory on, the audit trail of every "
-            "settings change, and the company's job queue with its dead letters and retries."
+            "settings change, the company's job queue with its dead letters and retries, and "
+            "the company's data exported (NDJSON) and imported into another deployment."
         ),
     },
     {

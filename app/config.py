@@ -184,6 +184,14 @@ class Settings(BaseSettings):
 
     # --- HTTP limits -------------------------------------------------------------------------
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    import_max_bytes: int = Field(
+        default=8 * 1024**3,
+        ge=1024,
+        description=(
+            "The largest body of a company import (`POST /v1/companies/{company_id}/import`), "
+            "which is read as it arrives, never buffered; every other request has MAX_BODY_BYTES."
+        ),
+    )
     max_messages_per_request: int = Field(default=200, ge=1)
     max_message_chars: int = Field(default=100_000, ge=1)
     idempotency_key_max_length: int = Field(default=255, ge=8)

@@ -28,11 +28,13 @@ from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
 from app.jwks import KeyStore
-from app.limits import BodySizeLimitMiddleware
+from app.limits import BodySizeLimitMiddleware, StreamedLimit
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
 from app.observability import Metrics, RequestContextMiddleware
+from app.portability import router as portability_router
 from app.profiles import router as profiles_router
+from app.profiles.retention import memory_retention_steps
 from app.profiles.versions import VersionPolicy
 from app.tokens import TokenCounters
 from app.turns import explicit_router, idempotency
@@ -64,6 +66,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     worker: BackgroundWorker | None = None
     try:
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
+        policy = VersionPolicy(
+            app.state.tokens.stored,
+            settings.memory_max_versions,
+            on_policy_actions=app.state.metrics.observe_memory_policy_actions,
+        )
         if settings.worker_enabled:
             worker = BackgroundWorker(
                 database,
@@ -73,10 +80,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 maintenance=(
                     prune_idempotency_keys,
                     *chat_retention_steps(settings.chat_retention_days),
+                    *memory_retention_steps(policy, app.state.metrics),
                 ),
             )
             worker.start()
-        policy = VersionPolicy(app.state.tokens.stored, settings.memory_max_versions)
         mcp: McpEndpoint = app.state.mcp
         async with mcp.running(database, policy):
             _freeze_startup_objects()
@@ -136,7 +143,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             on_unavailable=metrics.database_unavailable.inc,
         )
 
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        streamed=[StreamedLimit(portability_router.COMPANY_IMPORT, settings.import_max_bytes)],
+    )
     app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
 
     # The two calls of every chat turn are routes of the app itself, tried first: through
@@ -153,6 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs_router.router)
     app.include_router(explicit_router.router)
     app.include_router(conversations_router.router)
+    app.include_router(portability_router.router)
     discovery = ResourceDiscovery(settings, MCP_PATH)
     app.state.mcp = McpEndpoint(discovery)
     app.router.routes.append(mcp_route(app.state.mcp))

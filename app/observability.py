@@ -8,9 +8,9 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -109,11 +109,25 @@ def configure_logging(level: str, log_format: str = "json") -> None:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
+class PolicyJudgement(Protocol):
+    """What the memory policy did about one finding: its category and the action (by name)."""
+
+    @property
+    def category(self) -> str: ...
+
+    @property
+    def action(self) -> str: ...
+
+
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app instance)."""
 
     def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
         self.jwks_fetches.labels(issuer, outcome).inc()
+
+    def observe_memory_policy_actions(self, judgements: Iterable[PolicyJudgement]) -> None:
+        for judgement in judgements:
+            self.memory_policy_actions.labels(judgement.category, judgement.action).inc()
 
     def observe_role_dropped(self, issuer: str, role: str) -> None:
         self.roles_dropped.labels(issuer, role).inc()
@@ -216,6 +230,22 @@ class Metrics:
         self.rebases = Counter(
             "rebases_total",
             "Consolidations re-run because the profile moved",
+            registry=self.registry,
+        )
+        self.memory_policy_actions = Counter(
+            "memory_policy_actions_total",
+            "What the company's memory policy did at profile writes, per finding in a new or "
+            "changed bullet: by category and action (drop, redact, allow; a user's edit refused "
+            "for a dropped category counts as drop)",
+            ["category", "action"],
+            registry=self.registry,
+        )
+        self.memory_retention = Counter(
+            "memory_retention_total",
+            "What the companies' memory retention removed, by kind: topics_dropped (Recent "
+            "Topics bullets), versions_written (retention versions), memories_erased (idle "
+            "memories)",
+            ["kind"],
             registry=self.registry,
         )
 

@@ -10,7 +10,9 @@ non-owners also send the owner's id in query parameters and headers, and her Ide
 Each response is judged by the route's declared policy (`ROUTE_POLICIES`) and by what it shows:
 another user's canary anywhere (headers, body, problem details, base64url cursors, export,
 diffs) or the owner's object ids is a leak; and every caller's requests leave every other user's
-rows untouched. All violations are collected into one report: route x caller: problem.
+rows untouched. The one exception is the company export, an operator's: it shows everything of
+the company it names, which must be there, and nothing of any other company. All violations are
+collected into one report: route x caller: problem.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ import orjson
 from fastapi import FastAPI
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.portability.format import MEDIA_TYPE
 from tests.helpers.apps import SPACE, AuthFactory
 from tests.helpers.bad_tokens import CASES
+from tests.helpers.portability import stream_of
+from tests.helpers.settings import memory_policy_body
 from tests.helpers.snapshots import changed_tables, database_digest, user_digest
 from tests.helpers.tenants import (
     CALLERS,
@@ -77,6 +82,7 @@ class Call:
     body: object | None = None
     params: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    content: bytes | None = None  # a body that is not JSON (sent as it is)
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,28 @@ async def _flag(_: Context) -> Call:
     return Call(body={"enabled": True})
 
 
+async def _memory_policy(_: Context) -> Call:
+    """The defaults: an operator's PUT changes nothing the other calls depend on."""
+    return Call(body=memory_policy_body())
+
+
+async def _company_import(ctx: Context) -> Call:
+    """A stream of the company of the path: the owner's, which holds data (409)."""
+    flag = {
+        "type": "feature_flag",
+        "flag": FLAG_CONTEXT_MEMORY,
+        "enabled": False,
+        "updated_by_company_id": OWNER.company,
+        "updated_by": ctx.canary,
+    }
+    return Call(content=stream_of(OWNER.company, flag), headers={"Content-Type": MEDIA_TYPE})
+
+
+async def _memory_import(ctx: Context) -> Call:
+    """The caller's own export document, carrying the caller's canary, with no condition."""
+    return Call(body={"profile": {"content": profile_text(ctx.canary, 101)}})
+
+
 async def _mcp_read_memory(_: Context) -> Call:
     """One JSON-RPC message, as an MCP client sends it: the caller's profile, read by a tool."""
     message = {
@@ -205,6 +233,7 @@ PROBES: dict[Route, Probe] = {
     ("DELETE", "/v1/chats/{chat_id}"): Probe(own=_statuses(204, 404)),
     ("GET", "/v1/companies/{company_id}/audit-events"): Probe(_page),
     ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"): Probe(_flag),
+    ("PUT", "/v1/companies/{company_id}/memory-policy"): Probe(_memory_policy),
     ("PATCH", "/v1/spaces/{space_id}"): Probe(_space_patch),
     ("GET", "/v1/me/settings"): Probe(own=_statuses(200)),
     ("PATCH", "/v1/me/settings"): Probe(_my_setting, _statuses(200)),
@@ -217,6 +246,9 @@ PROBES: dict[Route, Probe] = {
     ("GET", "/v1/me/memory/versions/{n}/diff"): Probe(own=_statuses(200, 404)),
     ("POST", "/v1/me/memory/versions/{n}/restore"): Probe(_restore, _statuses(200, 201, 404)),
     ("GET", "/v1/me/memory/export"): Probe(own=_statuses(200)),
+    ("POST", "/v1/me/memory/import"): Probe(_memory_import, _statuses(200, 201)),
+    ("POST", "/v1/companies/{company_id}/import"): Probe(_company_import),
+    ("GET", "/v1/me/memory/policy-actions"): Probe(_page, _statuses(200, 404)),
     ("POST", "/v1/me/memory/consolidations"): Probe(_consolidation, _statuses(202, 409)),
     ("GET", "/v1/companies/{company_id}/jobs"): Probe(_page),
     ("POST", "/mcp"): Probe(_mcp_read_memory, _statuses(200)),
@@ -233,6 +265,13 @@ SHOWS_OWN_DATA = frozenset(
 )
 """Routes where a seeded user must see their own canary: the positive control that makes the
 absence of everyone else's meaningful."""
+
+COMPANY_DATA = frozenset({("GET", "/v1/companies/{company_id}/export")})
+"""Operator routes that return everything the company of the path holds (the owner's): its
+users' data there is what they are for, and must be there; any other company's is a leak."""
+OPERATOR_STATUS: dict[Route, int] = {("POST", "/v1/companies/{company_id}/import"): 409}
+"""An operator's status where it is not 200: the owner's company holds data, so an import
+into it is refused."""
 
 
 # --- where each route is sent -------------------------------------------------------------------
@@ -302,10 +341,17 @@ def _leaks(
     target: Target, caller: Caller | None, response: httpx.Response, world: World
 ) -> list[str]:
     policy = ROUTE_POLICIES[target.route]
+    exported = _shows_the_company(target, caller)
     foreign = {
-        f"the canary of {c} of {k}": v for (k, c), v in world.foreign_canaries(caller).items()
+        f"the canary of {c} of {k}": v
+        for (k, c), v in world.foreign_canaries(caller).items()
+        if not (exported and k == OWNER.company)
     }
     problems = [f"shows {name}" for name in found_in(response, foreign)]
+    if exported:
+        if response.status_code == 200 and world.canary(OWNER) not in response.text:
+            problems.append("the company's export misses the owner's data")
+        return problems
     if caller != OWNER:
         secrets = {f"the owner's turn id {turn}": turn for turn in world.owner_turn_ids}
         operator_view = policy == "operator" and caller is not None and "operator" in caller.roles
@@ -316,6 +362,10 @@ def _leaks(
             }
         problems += [f"shows {name}" for name in found_in(response, secrets)]
     return problems
+
+
+def _shows_the_company(target: Target, caller: Caller | None) -> bool:
+    return target.route in COMPANY_DATA and caller is not None and "operator" in caller.roles
 
 
 def _judge_unauthenticated(route: Route, response: httpx.Response) -> list[str]:
@@ -372,7 +422,7 @@ def _judge_role_route(
         if "operator" not in roles:
             return [] if status == 403 else [f"status {status} without the role, not 403"]
         retrying_queued = target.route[1].endswith("/retry") and "queued job" in target.variant
-        wanted = 409 if retrying_queued else 200
+        wanted = 409 if retrying_queued else OPERATOR_STATUS.get(target.route, 200)
         return [] if status == wanted else [f"operator got {status}, not {wanted}"]
     # company_read: operators, or a space admin of that very company
     if "operator" in roles or ("space_admin" in roles and caller.company == OWNER.company):
@@ -421,6 +471,10 @@ async def _send(
     params = {**(SPOOFED_QUERY if spoof else {}), **call.params}
     headers = {**(SPOOFED_HEADERS if spoof else {}), **call.headers, **identity}
     method, _ = target.route
+    if call.content is not None:
+        return await client.request(
+            method, target.path, params=params, headers=headers, content=call.content
+        )
     if call.body is None:
         return await client.request(method, target.path, params=params, headers=headers)
     return await client.request(method, target.path, params=params, headers=headers, json=call.body)

@@ -163,6 +163,18 @@ async def test_an_invalid_profile_is_refused_with_the_reason(
         assert (await call(mcp, "read_memory"))["version"] is None
 
 
+async def test_an_edit_holding_a_password_is_refused_naming_the_category_and_line(
+    mcp_url: str, make_token: TokenFactory
+) -> None:
+    content = memory_md({Section.IDENTITY: ["Known as heron", "My password is hunter2horse"]})
+    line = content.split("\n").index("- My password is hunter2horse") + 1
+    async with connect(mcp_url, bearer(make_token("alice"))) as mcp:
+        reason = await refusal(mcp, "edit_memory", content=content, expected_version=None)
+        assert f"line {line}: looked like a password or key (secrets)" in reason
+        assert "hunter2horse" not in reason
+        assert (await call(mcp, "read_memory"))["version"] is None
+
+
 async def test_versions_are_listed_newest_first_and_diffed(
     mcp_url: str, make_token: TokenFactory
 ) -> None:

@@ -94,6 +94,44 @@ async def test_actors_get_their_rows_company_on_upgrade_and_lose_it_on_downgrade
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def test_retention_versions_are_allowed_on_upgrade_and_kept_as_truncations_on_downgrade(
+    server_url: str,
+) -> None:
+    """0004 lets a version's reason be `retention` (and adds the memory policy's tables); its
+    downgrade drops the tables and relabels those versions `truncation`, losing none."""
+    name = f"cms_mig_{uuid.uuid4().hex[:10]}"
+    await admin_execute(server_url, f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    tables = (
+        "SELECT array_agg(table_name::text ORDER BY table_name) FROM information_schema.tables"
+        " WHERE table_name IN ('company_memory_policies', 'memory_policy_actions')"
+    )
+    try:
+        await asyncio.to_thread(run_migrations, url, "0004")
+        assert list(await admin_fetchval(url, tables)) == [
+            "company_memory_policies",
+            "memory_policy_actions",
+        ]
+        await admin_execute(
+            url,
+            "INSERT INTO folders (company_id, id, path, inherit_access)"
+            " VALUES ('acme', '00000000-0000-0000-0000-000000000001', 'user-memory/alice', false)",
+            "INSERT INTO memory_files (company_id, user_id, folder_id, head_version)"
+            " VALUES ('acme', 'alice', '00000000-0000-0000-0000-000000000001', 2)",
+            "INSERT INTO memory_versions (company_id, user_id, version, content, sha256, tokens,"
+            " reason) VALUES ('acme', 'alice', 1, 'a', 'x', 1, 'user_edit'),"
+            " ('acme', 'alice', 2, 'b', 'y', 1, 'retention')",
+        )
+
+        await asyncio.to_thread(command.downgrade, alembic_config(url), "0003")
+
+        assert await admin_fetchval(url, tables) is None
+        reasons = "SELECT array_agg(reason ORDER BY version) FROM memory_versions"
+        assert list(await admin_fetchval(url, reasons)) == ["user_edit", "truncation"]
+    finally:
+        await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def test_revision_files_have_dated_names() -> None:
     files = sorted(p.name for p in (migrations_dir() / "versions").glob("*.py"))
     assert files

@@ -16,13 +16,17 @@ from tests.helpers.apps import TokenFactory
 Operation = tuple[str, str]
 
 # The order the examples depend on one another: the company flag and the space come first (memory
-# is off until both say on), the profile is created before any turn could consolidate one, and
-# an explicit consolidation needs memory active. Every operation with a request body is here.
+# is off until both say on), the memory policy before any profile is written (its last example
+# is the defaults), the profile is created before any turn could consolidate one, and an
+# explicit consolidation needs memory active. Every operation with a request body is here.
 ORDER: list[Operation] = [
     ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"),
+    ("POST", "/v1/companies/{company_id}/import"),
+    ("PUT", "/v1/companies/{company_id}/memory-policy"),
     ("PATCH", "/v1/spaces/{space_id}"),
     ("PATCH", "/v1/me/settings"),
     ("PUT", "/v1/me/memory"),
+    ("POST", "/v1/me/memory/import"),
     ("POST", "/v1/chats/{chat_id}/context"),
     ("POST", "/v1/chats/{chat_id}/turns"),
     ("POST", "/v1/me/memory/consolidations"),
@@ -36,6 +40,13 @@ def _operations(spec: dict[str, Any]) -> Iterator[tuple[Operation, dict[str, Any
     for path, item in spec["paths"].items():
         for method, operation in item.items():
             yield (method.upper(), path), operation
+
+
+def _body(operation: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(media type, content) of the operation's one request body: JSON, or another text such
+    as an NDJSON stream, which is sent as it is."""
+    ((media_type, content),) = operation["requestBody"]["content"].items()
+    return media_type, content
 
 
 def _first_example(parameter: dict[str, Any]) -> Any:
@@ -64,7 +75,7 @@ def _request(path: str, operation: dict[str, Any]) -> tuple[str, dict[str, str],
 
 def test_every_operation_with_a_body_has_its_place_and_an_example(app: FastAPI) -> None:
     with_body = {
-        key: operation["requestBody"]["content"]["application/json"]
+        key: _body(operation)[1]
         for key, operation in _operations(app.openapi())
         if "requestBody" in operation
     }
@@ -91,14 +102,20 @@ async def test_every_request_example_works_as_it_is(
     for method, template in ORDER:
         operation = operations[(method, template)]
         path, query, headers = _request(template, operation)
-        examples = operation["requestBody"]["content"]["application/json"]["examples"]
-        for name, example in examples.items():
+        media_type, content = _body(operation)
+        is_json = media_type == "application/json"
+        for name, example in content["examples"].items():
             response = await client.request(
                 method,
                 path,
                 params=query,
-                json=example["value"],
-                headers={**headers, "Authorization": f"Bearer {token}"},
+                json=example["value"] if is_json else None,
+                content=None if is_json else example["value"],
+                headers={
+                    **headers,
+                    "Content-Type": media_type,
+                    "Authorization": f"Bearer {token}",
+                },
             )
 
             assert 200 <= response.status_code < 300, (

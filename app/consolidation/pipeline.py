@@ -83,7 +83,11 @@ class ConsolidationPipeline:
         self.settings = settings
         self.metrics = metrics
         self.tokens = tokens
-        self.policy = VersionPolicy(tokens.stored, settings.memory_max_versions)
+        self.policy = VersionPolicy(
+            tokens.stored,
+            settings.memory_max_versions,
+            on_policy_actions=metrics.observe_memory_policy_actions,
+        )
         self.clock = self.policy.clock
         self.model_calls = (
             None

@@ -1,4 +1,5 @@
-"""Tables of the enablement domain: company flags, space settings, user settings, audit log."""
+"""Tables of the enablement domain: company flags, space settings, user settings, the company's
+memory policy, audit log."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ DEFAULT_LANGUAGE_MODEL = "AZURE_GPT_4o_2024_1120"
 DEFAULT_MAX_TOKENS = 2000
 MIN_MAX_TOKENS = 500
 MAX_MAX_TOKENS = 8000
+MAX_POLICY_DAYS = 3650
+"""The longest retention a memory policy may set, in days (about ten years; 0 means never)."""
 
 
 class CompanyFeatureFlag(Base):
@@ -25,6 +28,36 @@ class CompanyFeatureFlag(Base):
     enabled: Mapped[bool]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     # who changed it last, as (company, user): operators change other companies' flags
+    updated_by_company_id: Mapped[str] = mapped_column(String(128))
+    updated_by: Mapped[str] = mapped_column(String(256))
+
+
+class CompanyMemoryPolicy(Base):
+    """What a company allows in its users' memories; a company with no row has the defaults
+    (`app.enablement.memory_policy.DEFAULT_POLICY`).
+
+    `actions` maps a category to `drop`, `redact` or `allow`; a category missing from it (one
+    added to the service after the policy was saved) reads as its default.
+    """
+
+    __tablename__ = "company_memory_policies"
+    __table_args__ = (
+        CheckConstraint(
+            f"recent_topics_days BETWEEN 0 AND {MAX_POLICY_DAYS}", name="recent_topics_days_range"
+        ),
+        CheckConstraint(
+            f"inactive_memory_days BETWEEN 0 AND {MAX_POLICY_DAYS}",
+            name="inactive_memory_days_range",
+        ),
+        CheckConstraint("jsonb_typeof(actions) = 'object'", name="actions_object"),
+    )
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    actions: Mapped[dict[str, str]] = mapped_column(JSONB)
+    recent_topics_days: Mapped[int]
+    inactive_memory_days: Mapped[int]
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # who changed it last, as (company, user): operators change other companies' policies
     updated_by_company_id: Mapped[str] = mapped_column(String(128))
     updated_by: Mapped[str] = mapped_column(String(256))
 

@@ -26,6 +26,7 @@ from app.enablement.models import (
     DEFAULT_LANGUAGE_MODEL,
     DEFAULT_MAX_TOKENS,
     CompanyFeatureFlag,
+    CompanyMemoryPolicy,
     SpaceSettings,
     UserSettings,
 )
@@ -256,11 +257,12 @@ async def delete_user_setting(session: AsyncSession, company_id: str, user_id: s
 async def anonymise_editor(
     session: AsyncSession, company_id: str, user_id: str, marker: str
 ) -> int:
-    """Erasure: the flags and space settings last changed by the user (`updated_by_company_id`
-    and `updated_by` both matching, in any company: operators change other companies' flags)
-    keep their values but name `marker` as `updated_by`; returns how many rows."""
+    """Erasure: the flags, space settings and memory policies last changed by the user
+    (`updated_by_company_id` and `updated_by` both matching, in any company: operators change
+    other companies' flags and policies) keep their values but name `marker` as `updated_by`;
+    returns how many rows."""
     changed = 0
-    for table in (CompanyFeatureFlag, SpaceSettings):
+    for table in (CompanyFeatureFlag, SpaceSettings, CompanyMemoryPolicy):
         result = await session.execute(
             update(table)
             .where(table.updated_by_company_id == company_id, table.updated_by == user_id)

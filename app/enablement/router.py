@@ -1,6 +1,6 @@
-"""HTTP routes of the enablement domain: company flags, space settings, the caller's enablement
-decision, and the audit log. (`/v1/me/settings`, whose off switch deletes the memory, is served
-by `app.profiles.router`.)
+"""HTTP routes of the enablement domain: company flags, the company's memory policy, space
+settings, the caller's enablement decision, and the audit log. (`/v1/me/settings`, whose off
+switch deletes the memory, is served by `app.profiles.router`.)
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from app.enablement.schemas import (
     FeatureFlagIn,
     FeatureFlagOut,
     FeatureFlagsOut,
+    MemoryPolicyIn,
+    MemoryPolicyOut,
     SpacePatch,
     SpaceSettingsOut,
 )
@@ -65,6 +67,36 @@ SpaceIdQuery = Annotated[
 FLAG_EXAMPLES: Final[dict[str, Any]] = {
     "on": {"summary": "Switch it on for the company", "value": {"enabled": True}},
 }
+MEMORY_POLICY_EXAMPLES: Final[dict[str, Any]] = {
+    "strict": {
+        "summary": "Drop every category, keep Recent Topics 30 days, erase memories idle a year",
+        "value": {
+            "secrets": "drop",
+            "payment_cards": "drop",
+            "bank_accounts": "drop",
+            "national_ids": "drop",
+            "email_addresses": "drop",
+            "phone_numbers": "drop",
+            "instructions": "drop",
+            "recent_topics_days": 30,
+            "inactive_memory_days": 365,
+        },
+    },
+    "defaults": {
+        "summary": "The defaults: drop all but e-mail addresses and phone numbers (redacted)",
+        "value": {
+            "secrets": "drop",
+            "payment_cards": "drop",
+            "bank_accounts": "drop",
+            "national_ids": "drop",
+            "email_addresses": "redact",
+            "phone_numbers": "redact",
+            "instructions": "drop",
+            "recent_topics_days": 90,
+            "inactive_memory_days": 0,
+        },
+    },
+}
 SPACE_EXAMPLES: Final[dict[str, Any]] = {
     "memory_on": {"summary": "Context memory on in the space", "value": {"context_memory": True}},
     "budget": {
@@ -108,6 +140,41 @@ async def set_feature_flag(
 ) -> FeatureFlagOut:
     saved = await service.set_feature_flag(session, operator, company_id, flag, body.enabled)
     return FeatureFlagOut.of(saved)
+
+
+@router.get(
+    "/v1/companies/{company_id}/memory-policy",
+    tags=[OPERATOR],
+    summary="What the company allows in its users' memories",
+    description="Called by an operator to see, per category of content (secrets, payment "
+    "cards, bank accounts, national ids, e-mail addresses, phone numbers, instructions to the "
+    "assistant), whether a memory drops it, redacts it or keeps it, and how long memories "
+    "live; `default` says the company never changed the defaults.",
+)
+async def get_memory_policy(
+    company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
+) -> MemoryPolicyOut:
+    return MemoryPolicyOut.of(await service.read_company_memory_policy(session, company_id))
+
+
+@router.put(
+    "/v1/companies/{company_id}/memory-policy",
+    tags=[OPERATOR],
+    summary="Set what the company allows in its users' memories (whole policy, audited)",
+    description="Called by an operator to set the company's memory policy: every category and "
+    "both retention fields, each required. It applies from the next write of any memory of the "
+    "company (what is stored already is not rewritten). The change is in the audit trail; a "
+    "policy equal to the one in force changes nothing and is not recorded.",
+    responses={422: {"description": "A field missing, unknown or out of range"}},
+)
+async def put_memory_policy(
+    company_id: CompanyIdPath,
+    body: Annotated[MemoryPolicyIn, Body(openapi_examples=MEMORY_POLICY_EXAMPLES)],
+    operator: OperatorDep,
+    session: SessionDep,
+) -> MemoryPolicyOut:
+    view = await service.set_company_memory_policy(session, operator, company_id, body.to_policy())
+    return MemoryPolicyOut.of(view)
 
 
 @router.get(

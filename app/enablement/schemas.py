@@ -1,4 +1,4 @@
-"""Request and response bodies of the settings, enablement and audit routes.
+"""Request and response bodies of the settings, memory policy, enablement and audit routes.
 
 Request bodies forbid unknown fields and take strict JSON types (`"true"` or `1` is not a bool,
 `"859"` is not an integer; `859.0` is, as JSON Schema says).
@@ -21,14 +21,16 @@ from pydantic import (
 
 from app.contract import WHOLE_NUMBER
 from app.conversations.schemas import ModelName
+from app.detectors import Category
 from app.enablement.audit import ERASED_ACTOR, AuditRecord
 from app.enablement.decision import Decision, SwitchState
-from app.enablement.models import MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from app.enablement.memory_policy import Action, MemoryPolicy
+from app.enablement.models import MAX_MAX_TOKENS, MAX_POLICY_DAYS, MIN_MAX_TOKENS
 from app.enablement.repository import UserMemoryConfig
 from app.pagination import Page
 
 if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
-    from app.enablement.service import FeatureFlag, SpaceView
+    from app.enablement.service import FeatureFlag, MemoryPolicyView, SpaceView
 
 
 # who last changed a flag or a space: a person is (company, user id), as in the audit log
@@ -93,6 +95,81 @@ class FeatureFlagOut(BaseModel):
 class FeatureFlagsOut(BaseModel):
     company_id: str
     flags: list[FeatureFlagOut]
+
+
+# --- the company's memory policy ----------------------------------------------------------------
+
+PolicyDays = Annotated[StrictInt, Field(ge=0, le=MAX_POLICY_DAYS), WHOLE_NUMBER]
+_ACTION = "`drop` the bullet, `redact` the value (the rest of the bullet is kept), or `allow` it"
+
+
+def _category(what: str) -> Any:
+    return Field(description=f"{what}: {_ACTION}.")
+
+
+class _MemoryPolicyFields(BaseModel):
+    """One action per category of content, and the retention (SPEC: what may be remembered)."""
+
+    secrets: Action = _category("Passwords, API keys, access tokens and other credentials")
+    payment_cards: Action = _category("Payment card numbers")
+    bank_accounts: Action = _category("Bank account numbers (IBAN and national formats)")
+    national_ids: Action = _category(
+        "National identity numbers: social security, passport, tax and identity card numbers"
+    )
+    email_addresses: Action = _category("E-mail addresses")
+    phone_numbers: Action = _category("Phone numbers")
+    instructions: Action = _category(
+        "Text addressed to the assistant (such as an order to ignore its rules) rather than "
+        "describing the user"
+    )
+    recent_topics_days: PolicyDays = Field(
+        description=f"Recent Topics older than this many days are removed; 0 keeps them "
+        f"(0..{MAX_POLICY_DAYS})."
+    )
+    inactive_memory_days: PolicyDays = Field(
+        description=f"A memory unused this many days is erased like an opt-out; 0 never "
+        f"(0..{MAX_POLICY_DAYS})."
+    )
+
+
+class MemoryPolicyIn(_MemoryPolicyFields):
+    """The whole policy: every category and both retention fields are required."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def to_policy(self) -> MemoryPolicy:
+        return MemoryPolicy(
+            actions={category: getattr(self, category.value) for category in Category},
+            recent_topics_days=self.recent_topics_days,
+            inactive_memory_days=self.inactive_memory_days,
+        )
+
+
+class MemoryPolicyOut(_MemoryPolicyFields):
+    company_id: str
+    default: bool = Field(
+        description="True when the company never saved a policy: these are the service's "
+        "defaults, and nobody changed them."
+    )
+    updated_at: datetime | None
+    updated_by_company_id: str | None = Field(description=EDITOR_COMPANY)
+    updated_by: str | None = Field(description=EDITOR)
+
+    @classmethod
+    def of(cls, view: MemoryPolicyView) -> MemoryPolicyOut:
+        policy = view.policy
+        return cls.model_validate(
+            {
+                "company_id": view.company_id,
+                **{category.value: policy.action(category) for category in Category},
+                "recent_topics_days": policy.recent_topics_days,
+                "inactive_memory_days": policy.inactive_memory_days,
+                "default": view.default,
+                "updated_at": view.updated_at,
+                "updated_by_company_id": view.updated_by_company_id,
+                "updated_by": view.updated_by,
+            }
+        )
 
 
 # --- decisions ----------------------------------------------------------------------------------

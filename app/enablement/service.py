@@ -1,5 +1,6 @@
-"""The settings rules: company flags, space settings, the user's stored setting, the audit trail
-of every change, and `load_enablement`, the hot-path read every turn calls.
+"""The settings rules: company flags, the company's memory policy, space settings, the user's
+stored setting, the audit trail of every change, and `load_enablement`, the hot-path read every
+turn calls.
 
 Turning a user's memory off deletes their memory, which lives above this package: that switch
 is `app.profiles.switch`, which writes the setting through this package's repository.
@@ -13,7 +14,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
-from app.enablement import audit, repository
+from app.enablement import audit, memory_policy_repository, repository
 from app.enablement.audit import Actor, AuditRecord, changed_fields
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
@@ -26,6 +27,8 @@ from app.enablement.decision import (
     context_memory_switch,
     effective_enablement,
 )
+from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
+from app.enablement.memory_policy_repository import actions_json
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.errors import Conflict, Unprocessable
@@ -127,6 +130,84 @@ async def _company_flags(session: AsyncSession, company_id: str) -> CompanyFlags
         context_memory=stored.get(FLAG_CONTEXT_MEMORY, False),
         allow_with_web_search=stored.get(FLAG_ALLOW_WITH_WEB_SEARCH, False),
     )
+
+
+# --- the company's memory policy ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryPolicyView:
+    """A company's memory policy; `default` when it never saved one (then nobody edited it)."""
+
+    company_id: str
+    policy: MemoryPolicy
+    default: bool = True
+    updated_at: datetime | None = None
+    updated_by_company_id: str | None = None
+    updated_by: str | None = None
+
+    @classmethod
+    def of(
+        cls, company_id: str, record: memory_policy_repository.MemoryPolicyRecord | None
+    ) -> MemoryPolicyView:
+        if record is None:
+            return cls(company_id, DEFAULT_POLICY)
+        return cls(
+            company_id,
+            record.policy,
+            default=False,
+            updated_at=record.updated_at,
+            updated_by_company_id=record.updated_by_company_id,
+            updated_by=record.updated_by,
+        )
+
+
+def _policy_fields(policy: MemoryPolicy) -> dict[str, object]:
+    """The policy as the audit trail records it (changed fields only, see `changed_fields`)."""
+    return {
+        "actions": actions_json(policy),
+        "recent_topics_days": policy.recent_topics_days,
+        "inactive_memory_days": policy.inactive_memory_days,
+    }
+
+
+async def read_company_memory_policy(session: AsyncSession, company_id: str) -> MemoryPolicyView:
+    """The company's saved memory policy, or the defaults (flagged `default`)."""
+    record = await memory_policy_repository.select_memory_policy(session, company_id)
+    return MemoryPolicyView.of(company_id, record)
+
+
+async def set_company_memory_policy(
+    session: AsyncSession, actor: Principal, company_id: str, policy: MemoryPolicy
+) -> MemoryPolicyView:
+    """Replace the company's memory policy with `policy` (every field), audited with the
+    changed fields old -> new, under a row lock. A policy equal to the one in force (the
+    defaults, for a company that saved none) writes nothing, as an unchanged flag does.
+
+    Applies from the next write of any profile of the company: writes read it afresh.
+    """
+    stored = await memory_policy_repository.select_memory_policy(
+        session, company_id, for_update=True
+    )
+    current = DEFAULT_POLICY if stored is None else stored.policy
+    old, new = changed_fields(_policy_fields(current), _policy_fields(policy))
+    if not new:
+        return MemoryPolicyView.of(company_id, stored)
+    editor = Actor.of(actor)
+    saved = await memory_policy_repository.upsert_memory_policy(session, company_id, policy, editor)
+    await audit.record_event(
+        session,
+        company_id,
+        audit.AuditEntry(
+            actor=editor,
+            action="memory_policy.set",
+            target_kind="memory_policy",
+            target_id=company_id,
+            old=old,
+            new=new,
+        ),
+    )
+    return MemoryPolicyView.of(company_id, saved)
 
 
 # --- space settings -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """HTTP routes of the caller's own memory: read, edit, clear, history, diff, restore, export,
-and the context-memory switch (`/v1/me/settings`, whose off deletes all of it).
+what the company's memory policy kept out of it, and the context-memory switch
+(`/v1/me/settings`, whose off deletes all of it).
 
 Everything is scoped to the token's (company, user); there is no user id in any path. The ETag
 of the profile is its version number, quoted; writes are conditional on it.
@@ -21,6 +22,7 @@ from app.profiles.schemas import (
     MemoryExportOut,
     MemoryIn,
     MemoryOut,
+    PolicyActionOut,
     UserSettingsOut,
     UserSettingsPatch,
     UserSettingsUpdateOut,
@@ -90,9 +92,14 @@ SETTINGS_EXAMPLES: Final[dict[str, Any]] = {
 
 
 async def _version_policy(request: Request) -> VersionPolicy:
-    """Versions counted by the service's token counters, retained as the settings say."""
+    """Versions counted by the service's token counters, retained as the settings say, what the
+    memory policy did counted in the service's metrics."""
     state = request.app.state
-    return VersionPolicy(state.tokens.stored, state.settings.memory_max_versions)
+    return VersionPolicy(
+        state.tokens.stored,
+        state.settings.memory_max_versions,
+        on_policy_actions=state.metrics.observe_memory_policy_actions,
+    )
 
 
 VersionPolicyDep = Annotated[VersionPolicy, Depends(_version_policy)]
@@ -271,11 +278,26 @@ async def restore_version(
 
 
 @router.get(
+    f"{MEMORY_PATH}/policy-actions",
+    summary="What your company's memory policy kept out of your memory, newest first",
+    description='Called for the person, e.g. by a memory page saying "2 things were not '
+    'remembered: looked like a password or key; ...": each line a write did not keep '
+    "(`drop`) or kept with a value hidden (`redact`), with when, where and why, never the "
+    "value. Cleared with the memory.",
+    responses=_NOT_FOUND,
+)
+async def list_policy_actions(
+    principal: PrincipalDep, session: SessionDep, page: PageDep
+) -> Page[PolicyActionOut]:
+    return PolicyActionOut.page(await service.list_memory_policy_actions(session, principal, page))
+
+
+@router.get(
     f"{MEMORY_PATH}/export",
     summary="Everything the service holds about you, as one JSON document",
     description="Called for the person who asks for their data (a data-portability request): "
-    "the profile with its versions, the settings, the stored chats, the jobs and the changes "
-    "of their own setting, in one document.",
+    "the profile with its versions, the settings, the stored chats, the jobs, the changes "
+    "of their own setting and what the memory policy kept out, in one document.",
 )
 async def export_memory(principal: PrincipalDep, session: SessionDep) -> MemoryExportOut:
     return MemoryExportOut.of(await service.export_memory(session, principal))

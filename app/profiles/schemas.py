@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from app.contract import NUL_FREE_PATTERN
+from app.detectors import Category
 from app.enablement.audit import AuditRecord
 from app.pagination import Page
+from app.profiles.policy import describe
+from app.profiles.policy_actions import PolicyActionRecord
 from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.service import MemoryExport, VersionDiff
 from app.profiles.switch import MemoryDeletion, UserSettingUpdate
@@ -136,6 +139,63 @@ class VersionDiffOut(BaseModel):
         )
 
 
+# --- what the memory policy kept out ------------------------------------------------------------
+
+UNKNOWN_CATEGORY: Final = "was not allowed by your company's memory policy"
+
+
+def _description(category: str) -> str:
+    """The user's words for a recorded category (one this build no longer knows: generic)."""
+    try:
+        return describe(Category(category))
+    except ValueError:
+        return UNKNOWN_CATEGORY
+
+
+class PolicyActionOut(BaseModel):
+    """One thing your company's memory policy kept out of your memory: a line not remembered
+    (`drop`) or a value hidden in it (`redact`). Never the value itself."""
+
+    occurred_at: datetime
+    description: str = Field(description='Why, in words: e.g. "looked like a password or key"')
+    category: str = Field(description="`secrets`, `payment_cards`, `email_addresses`, ...")
+    kind: str = Field(description="What exactly it looked like, e.g. `password`, `iban`, `email`")
+    action: Literal["drop", "redact"] = Field(
+        description="`drop`: the line was not remembered; `redact`: it was, with the value "
+        "replaced by `[redacted: <kind>]`"
+    )
+    section: str
+    version: int | None = Field(
+        description="The version written with it; null when the write stored nothing else"
+    )
+    reason: str = Field(description="The write: `consolidation`, `user_edit`, `restore`, ...")
+    source_turn_ids: list[str] = Field(description="The turns a consolidation read")
+    job_id: uuid.UUID | None
+
+    @classmethod
+    def of(cls, record: PolicyActionRecord) -> PolicyActionOut:
+        return cls.model_validate(
+            {
+                "occurred_at": record.occurred_at,
+                "description": _description(record.category),
+                "category": record.category,
+                "kind": record.kind,
+                "action": record.action,
+                "section": record.section,
+                "version": record.version,
+                "reason": record.reason,
+                "source_turn_ids": record.source_turn_ids,
+                "job_id": record.job_id,
+            }
+        )
+
+    @classmethod
+    def page(cls, page: Page[PolicyActionRecord]) -> Page[PolicyActionOut]:
+        return Page[PolicyActionOut](
+            items=[cls.of(record) for record in page.items], next_cursor=page.next_cursor
+        )
+
+
 # --- export ---------------------------------------------------------------------------------------
 
 
@@ -229,6 +289,10 @@ class MemoryExportOut(BaseModel):
     chats: list[ChatOut]
     jobs: list[JobOut] = Field(description="Your consolidation jobs (ids only, no payload)")
     audit_events: list[AuditEventOut] = Field(description="Changes of your own setting")
+    policy_actions: list[PolicyActionOut] = Field(
+        description="What your company's memory policy kept out of your memory, oldest first: "
+        "each line not remembered and each value hidden, when, where and why (never the value)"
+    )
 
     @classmethod
     def of(cls, export: MemoryExport) -> MemoryExportOut:
@@ -242,6 +306,7 @@ class MemoryExportOut(BaseModel):
             chats=ChatOut.group(export.turns, export.messages),
             jobs=[JobOut.of(job) for job in export.jobs],
             audit_events=[AuditEventOut.of(event) for event in export.audit_events],
+            policy_actions=[PolicyActionOut.of(record) for record in export.policy_actions],
         )
 
 

@@ -2,7 +2,8 @@
 and the two calls the consolidation worker makes (`load_profile`, `save_consolidation`).
 
 Every read and write goes through `folders.service.authorize_memory_access` on the owner's
-folder first; every write is a compare-and-set on the head version (`repository.write_version`).
+folder first; every write passes the company's memory policy and is a compare-and-set on the
+head version, both in `gate.write_screened`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ from app.profiles.document import (
     empty_profile,
     parse,
 )
+from app.profiles.gate import ProfileWrite, stored_profile, write_screened
+from app.profiles.policy import PolicyAction
+from app.profiles.policy_actions import (
+    PolicyActionRecord,
+    delete_policy_actions,
+    list_policy_actions,
+    select_policy_actions,
+)
 from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.switch import lock_user_memory
 from app.profiles.versions import (
@@ -42,13 +51,11 @@ from app.profiles.versions import (
     WriteConditions,
     check_user_profile_size,
     check_write_preconditions,
-    count_tokens,
     parse_user_profile,
     same_sections,
     stamp,
     unified_diff,
 )
-from app.tokens import TokenCounter
 
 OPTED_OUT = (
     "Context memory is turned off for your account; turn it on in /v1/me/settings before "
@@ -61,12 +68,14 @@ class WriteOutcome:
     """The head after a write request.
 
     `written`: a new version was stored (False when the request changed nothing); `created`:
-    the request created the profile (there was no current version before).
+    the request created the profile (there was no current version before); `policy_actions`:
+    what the company's memory policy dropped or redacted (recorded with the version).
     """
 
     row: VersionRow
     written: bool
     created: bool = False
+    policy_actions: tuple[PolicyAction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,29 +99,12 @@ class MemoryExport:
     messages: list[MessageRecord]
     jobs: list[JobRecord]
     audit_events: list[AuditRecord]
+    policy_actions: list[PolicyActionRecord]
 
 
 def _owner(company_id: str, user_id: str) -> Principal:
     """The owner acting through the worker: the same access check as over HTTP, no roles."""
     return Principal(user_id=user_id, company_id=company_id, roles=frozenset())
-
-
-def _stored_profile(row: VersionRow | None) -> Profile | None:
-    return None if row is None else parse(row.content)
-
-
-async def _write(
-    session: AsyncSession,
-    state: HeadState,
-    profile: Profile,
-    source: VersionSource,
-    counter: TokenCounter,
-) -> VersionRow:
-    """The compare-and-set write on `state.head_version`; retention is the caller's."""
-    tokens = count_tokens(profile, counter)
-    return await repository.write_version(
-        session, state.expected, profile, source=source, tokens=tokens
-    )
 
 
 # --- the user's API ------------------------------------------------------------------------------
@@ -159,36 +151,57 @@ async def replace_memory(
         current, conditions.if_match, conditions.if_none_match, may_create=True
     )
     edited = parse_user_profile(content, user_id)
-    return await _write_edit(session, state, edited, "user_edit", policy)
+    return await _write_edit(session, state, _Edit(edited, "user_edit", content), policy)
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """A user's own edit, with the text they sent (which makes the memory policy strict), or a
+    restore (`submitted` None: the policy drops and redacts silently)."""
+
+    profile: Profile
+    reason: VersionReason
+    submitted: str | None = None
 
 
 async def _write_edit(
-    session: AsyncSession,
-    state: HeadState,
-    edited: Profile,
-    reason: VersionReason,
-    policy: VersionPolicy,
+    session: AsyncSession, state: HeadState, edit: _Edit, policy: VersionPolicy
 ) -> WriteOutcome:
     """A user's edit or restore: nothing when the bullets equal the head's; else a version with
-    fresh frontmatter whose `turn_count` is the head's (an edit is not a consolidation)."""
+    fresh frontmatter whose `turn_count` is the head's (an edit is not a consolidation).
+
+    Values the memory policy redacts are stored redacted: the version answered shows
+    `[redacted: <kind>]` in their place (see `gate.write_screened`).
+    """
     head = state.row
-    head_profile = _stored_profile(head)
-    if head is not None and head_profile is not None and same_sections(head_profile, edited):
+    head_profile = stored_profile(head)
+    if head is not None and head_profile is not None and same_sections(head_profile, edit.profile):
         return WriteOutcome(head, written=False)
-    check_user_profile_size(edited, policy.counter)
+    check_user_profile_size(edit.profile, policy.counter)
     before = head_profile or empty_profile(state.user_id)
     now = policy.clock()
-    new = stamp(edited, user_id=state.user_id, now=now, turn_count=before.frontmatter.turn_count)
-    source = VersionSource(reason, operations=tuple(diff_operations(before, new)))
-    row = await _write(session, state, new, source, policy.counter)
+    new = stamp(
+        edit.profile, user_id=state.user_id, now=now, turn_count=before.frontmatter.turn_count
+    )
+    source = VersionSource(edit.reason, operations=tuple(diff_operations(before, new)))
+    screening = await write_screened(
+        session, state, ProfileWrite(new, source, edit.submitted), policy
+    )
+    if screening.row is None:  # all that was new was kept out: the head stays
+        if head is None:
+            raise RuntimeError("an edit of a memory without a head always writes")
+        return WriteOutcome(head, written=False, policy_actions=screening.actions)
     await repository.prune_versions(session, state.company_id, state.user_id, policy.keep)
-    return WriteOutcome(row, written=True, created=head is None)
+    return WriteOutcome(
+        screening.row, written=True, created=head is None, policy_actions=screening.actions
+    )
 
 
 async def clear_memory(
     session: AsyncSession, principal: Principal, *, if_match: EntityTags | None
 ) -> int:
-    """DELETE: remove every version; keep the folder, the memory.md row and the settings.
+    """DELETE: remove every version and the record of what the memory policy kept out of them;
+    keep the folder, the memory.md row and the settings.
 
     The head number advances past the cleared versions (see `repository.delete_profile`), so a
     later create continues the numbering and old ETags never match again. `If-Match` is
@@ -204,7 +217,9 @@ async def clear_memory(
         raise NotFound("No memory.")
     if if_match is not None and not if_match.matches(state.head_version, weak=False):
         raise PreconditionFailed("If-Match does not name the current version.")
-    return await repository.delete_profile(session, company_id, user_id, state.head_version)
+    deleted = await repository.delete_profile(session, company_id, user_id, state.head_version)
+    await delete_policy_actions(session, company_id, user_id)  # the record goes with its history
+    return deleted
 
 
 async def list_versions(
@@ -268,18 +283,28 @@ async def restore_version(
         raise NotFound("No memory.")
     current = None if state.row is None else state.row.version
     check_write_preconditions(current, if_match, None, may_create=False)
-    return await _write_edit(session, state, parse(source.content), "restore", policy)
+    return await _write_edit(session, state, _Edit(parse(source.content), "restore"), policy)
+
+
+async def list_memory_policy_actions(
+    session: AsyncSession, principal: Principal, page: PageRequest
+) -> Page[PolicyActionRecord]:
+    """What the company's memory policy kept out of the caller's memory, newest first."""
+    await folders.authorize_memory_access(session, principal, Permission.READ)
+    return await list_policy_actions(session, principal.company_id, principal.user_id, page)
 
 
 async def export_memory(session: AsyncSession, principal: Principal) -> MemoryExport:
     """Everything held about the caller, all filtered by the token's (company, user).
 
-    The profile and versions come only through the access check; a caller without a memory
-    folder (never used, or opted out) still gets settings, chats and jobs, with `profile` null.
+    The profile, versions and the memory policy's actions come only through the access check; a
+    caller without a memory folder (never used, or opted out) still gets settings, chats and
+    jobs, with `profile` null.
     """
     company_id, user_id = principal.company_id, principal.user_id
     profile: VersionRow | None = None
     versions: list[VersionRow] = []
+    policy_actions: list[PolicyActionRecord] = []
     try:
         await folders.authorize_memory_access(session, principal, Permission.READ)
     except NotFound:
@@ -287,6 +312,7 @@ async def export_memory(session: AsyncSession, principal: Principal) -> MemoryEx
     else:
         profile = await repository.read_head(session, company_id, user_id)
         versions = await repository.read_all_versions(session, company_id, user_id)
+        policy_actions = await select_policy_actions(session, company_id, user_id)
     setting = await repository.select_user_setting(session, company_id, user_id)
     return MemoryExport(
         user_id=user_id,
@@ -299,6 +325,7 @@ async def export_memory(session: AsyncSession, principal: Principal) -> MemoryEx
         messages=await repository.select_messages(session, company_id, user_id),
         jobs=await repository.select_jobs(session, company_id, user_id),
         audit_events=await repository.select_audit_events(session, company_id, user_id),
+        policy_actions=policy_actions,
     )
 
 
@@ -316,7 +343,7 @@ async def load_profile(session: AsyncSession, company_id: str, user_id: str) -> 
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None:
         return empty_profile(user_id), 0
-    return _stored_profile(state.row) or empty_profile(user_id), state.head_version
+    return stored_profile(state.row) or empty_profile(user_id), state.head_version
 
 
 async def save_consolidation(
@@ -332,8 +359,11 @@ async def save_consolidation(
     service's, whatever `new_profile` carries: the owner, `policy.clock()`, and `turn_count` =
     the head's + 1 for reason `consolidation` (unchanged for `condensation` and `truncation`; save a
     consolidation that also had to be condensed or cut as `consolidation`).
+    The company's memory policy drops and redacts new or changed bullets silently, recording
+    what it did with the version and its turns and job (see `gate.write_screened`).
     Returns the new version, or None when the sections (and the truncation flag) equal the
-    head's (an empty profile when there is none): nothing is written, as for a NOOP.
+    head's (an empty profile when there is none), before or after the memory policy: nothing
+    is written, as for a NOOP (what the policy kept out is recorded still).
     On the first write the memory.md row is created in the user's existing folder (never the
     folder itself: a folder deleted by an opt-out stays deleted).
 
@@ -354,7 +384,7 @@ async def save_consolidation(
         state = await _create_memory_file(session, owner)
     if state.head_version != expected_version:
         raise VersionConflict(expected_version, state.head_version)
-    before = _stored_profile(state.row) or empty_profile(user_id)
+    before = stored_profile(state.row) or empty_profile(user_id)
     if same_sections(before, new_profile) and before.truncated == new_profile.truncated:
         return None
     increment = 1 if source.reason == "consolidation" else 0
@@ -364,7 +394,7 @@ async def save_consolidation(
         now=policy.clock(),
         turn_count=before.frontmatter.turn_count + increment,
     )
-    return await _write(session, state, new, source, policy.counter)
+    return (await write_screened(session, state, ProfileWrite(new, source), policy)).row
 
 
 async def ensure_memory_file(

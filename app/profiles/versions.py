@@ -28,9 +28,12 @@ from app.profiles.document import (
     parse_body,
     render_body,
 )
+from app.profiles.policy import PolicyAction
 from app.tokens import TokenCounter
 
-VersionReason = Literal["consolidation", "condensation", "truncation", "user_edit", "restore"]
+VersionReason = Literal[
+    "consolidation", "condensation", "truncation", "user_edit", "restore", "retention"
+]
 WorkerReason = Literal["consolidation", "condensation", "truncation"]
 
 USER_EDIT_MAX_TOKENS: Final = MAX_MAX_TOKENS
@@ -43,17 +46,24 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _unobserved(_: Sequence[PolicyAction]) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class VersionPolicy:
     """How versions are written, whoever writes them: the stored `tokens` counted by `counter`
     (`TokenCounters.stored`: the offline cl100k encoding over the profile *body*, what is
     injected and what budgets limit, so counts written by the worker and by the user API are
-    comparable and the load path never re-counts), the newest `keep` versions retained, and
-    `last_updated` stamped by `clock`."""
+    comparable and the load path never re-counts), the newest `keep` versions retained,
+    `last_updated` stamped by `clock`, and `on_policy_actions` told what the company's memory
+    policy did at each write (the service's metrics; counted when the write is made, so a
+    write rolled back afterwards, by a worker's lost lease say, is counted still)."""
 
     counter: TokenCounter
     keep: int
     clock: Callable[[], datetime] = _utc_now
+    on_policy_actions: Callable[[Sequence[PolicyAction]], None] = _unobserved
 
 
 class VersionConflict(PreconditionFailed):

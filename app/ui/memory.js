@@ -15,6 +15,8 @@
   const PAGE_CONFIG = new URL("config.json", location.href);
   const MEMORY = "/v1/me/memory";
   const VERSIONS_PAGE = 10;
+  const POLICY_ACTIONS_PAGE = 100;
+  const POLICY_PROBLEM = "urn:context-memory:problem:memory-policy";
   const TRUNCATION_MARKER = "<!-- truncated to fit memory budget -->";
   const EMPTY_PLACEHOLDER = "_(empty)_";
   const FRONTMATTER_LINES = 7; // "---", four keys, "---" and a blank line
@@ -34,6 +36,7 @@
     truncation: "Shortened to fit the memory budget",
     user_edit: "Edited by you",
     restore: "Restored from an earlier version",
+    retention: "Old recent topics removed by your company's retention policy",
   };
   const STATUS_WORDS = {
     0: "The service could not be reached. Check your connection and try again.",
@@ -57,6 +60,7 @@
     me: null,
     settings: null,
     memory: null, // {content, version, tokens, updated_at, etag} or null when there is none
+    policyActions: { items: [], more: false }, // what the company's memory policy kept out
     editor: { etag: null, base: "" }, // the version the text in the editor started from
     newerEtag: null, // during a conflict: the version my text would replace
     cursor: null,
@@ -134,7 +138,12 @@
   function showProblem(error, what) {
     if (!(error instanceof ApiError)) throw error;
     const problem = error.problem && typeof error.problem === "object" ? error.problem : {};
-    const words = error.status === 401 && signIn.viaProvider ? SIGNED_IN_401 : STATUS_WORDS[error.status];
+    const words =
+      error.status === 401 && signIn.viaProvider
+        ? SIGNED_IN_401
+        : problem.type === POLICY_PROBLEM
+          ? "Your company does not allow this in your memory. Remove these lines, or say them without the value, and save again; nothing was saved."
+          : STATUS_WORDS[error.status];
     const explanation = words || problem.title || `The service answered ${error.status}.`;
     const nodes = [el("p", { class: "alert-title" }, what), el("p", {}, explanation)];
     const fields = Array.isArray(problem.errors) ? problem.errors : [];
@@ -578,6 +587,7 @@
     try {
       await loadSettings();
       await loadMemory(resetText);
+      await loadPolicyActions();
       await loadVersions(true);
     } catch (error) {
       showProblem(error, "Your memory could not be loaded.");
@@ -607,6 +617,44 @@
     const editing = $("editor").value !== state.editor.base || !$("conflict").hidden;
     if (resetText || !editing) resetEditor();
     renderEditorAvailability();
+  }
+
+  // What the company's memory policy kept out of the memory (never the values): the newest
+  // page; a memory that does not exist (yet, or any more) has kept nothing out.
+  async function loadPolicyActions() {
+    try {
+      const response = await api("GET", `${MEMORY}/policy-actions?limit=${POLICY_ACTIONS_PAGE}`);
+      const page = await response.json();
+      state.policyActions = { items: page.items, more: page.next_cursor !== null };
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 404)) throw error;
+      state.policyActions = { items: [], more: false };
+    }
+    renderPolicyActions();
+  }
+
+  // "2 things were not remembered: looked like a password or key; looked like an instruction
+  // to the assistant." and the same for values hidden in what was remembered.
+  function policySentence(items, more, one, many) {
+    if (!items.length) return "";
+    const reasons = [...new Set(items.map((item) => item.description).reverse())]; // oldest first
+    const count = more ? `${items.length} or more` : String(items.length);
+    return `${count} ${items.length === 1 && !more ? one : many}: ${reasons.join("; ")}.`;
+  }
+
+  function renderPolicyActions() {
+    const { items, more } = state.policyActions;
+    const dropped = items.filter((item) => item.action === "drop");
+    const hidden = items.filter((item) => item.action === "redact");
+    const text = [
+      policySentence(dropped, more && dropped.length > 0, "thing was not remembered", "things were not remembered"),
+      policySentence(hidden, more && hidden.length > 0, "value was hidden", "values were hidden"),
+    ]
+      .filter(Boolean)
+      .join(" ");
+    const note = $("not-remembered");
+    note.textContent = text ? `${text} Your company's memory policy does not allow these in memory.` : "";
+    note.hidden = !text;
   }
 
   // --- the switch ---------------------------------------------------------------------------
@@ -756,6 +804,7 @@
       hideConflict();
       resetEditor();
       renderProfile();
+      await loadPolicyActions().catch((error) => showProblem(error, "Your memory could not be loaded."));
       await loadVersions(true);
       if (response.status === 201) announce(`Your memory was created as version ${saved.version}.`);
       else if (saved.version === before) announce(`Nothing to save: your text holds the same facts as version ${saved.version}.`);

@@ -36,7 +36,10 @@ from context_memory_client.models import (
     Me,
     MemoryExportOut,
     MemoryOut,
+    MemoryPolicyIn,
+    MemoryPolicyOut,
     Page,
+    PolicyActionOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
@@ -189,6 +192,17 @@ class AsyncMemoryClient:
     async def restore_version(self, n: int, *, if_match: int | None = None) -> MemoryOut:
         return await self.send(calls.restore_version(n, if_match))
 
+    async def list_policy_actions(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[PolicyActionOut]:
+        """What the company's memory policy kept out of the memory, newest first."""
+        return await self.send(calls.list_policy_actions(limit, cursor))
+
+    def iter_policy_actions(
+        self, *, page_size: int | None = None
+    ) -> AsyncIterator[PolicyActionOut]:
+        return self._paginate(lambda cursor: calls.list_policy_actions(page_size, cursor))
+
     async def export_memory(self) -> MemoryExportOut:
         return await self.send(calls.export_memory())
 
@@ -262,6 +276,13 @@ class AsyncMemoryClient:
         self, company_id: str, flag: FeatureFlag, *, enabled: bool
     ) -> FeatureFlagOut:
         return await self.send(calls.set_feature_flag(company_id, flag, enabled))
+
+    async def get_memory_policy(self, company_id: str) -> MemoryPolicyOut:
+        return await self.send(calls.get_memory_policy(company_id))
+
+    async def set_memory_policy(self, company_id: str, policy: MemoryPolicyIn) -> MemoryPolicyOut:
+        """Replace the company's memory policy (every member; audited)."""
+        return await self.send(calls.set_memory_policy(company_id, policy))
 
     async def list_audit_events(
         self, company_id: str, *, limit: int | None = None, cursor: str | None = None

@@ -30,7 +30,10 @@ from context_memory_client.models import (
     Me,
     MemoryExportOut,
     MemoryOut,
+    MemoryPolicyIn,
+    MemoryPolicyOut,
     Page,
+    PolicyActionOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
@@ -175,6 +178,17 @@ def restore_version(n: int, if_match: int | None = None) -> Call[MemoryOut]:
     )
 
 
+def list_policy_actions(
+    limit: int | None = None, cursor: str | None = None
+) -> Call[Page[PolicyActionOut]]:
+    return Call(
+        "GET",
+        "/v1/me/memory/policy-actions",
+        _page(PolicyActionOut),
+        _page_params(limit, cursor),
+    )
+
+
 def export_memory() -> Call[MemoryExportOut]:
     return Call("GET", "/v1/me/memory/export", _model(MemoryExportOut))
 
@@ -255,6 +269,20 @@ def set_feature_flag(company_id: str, flag: FeatureFlag, enabled: bool) -> Call[
         f"/v1/companies/{_seg(company_id)}/feature-flags/{_seg(flag)}",
         _model(FeatureFlagOut),
         json={"enabled": enabled},
+    )
+
+
+def get_memory_policy(company_id: str) -> Call[MemoryPolicyOut]:
+    return Call("GET", f"/v1/companies/{_seg(company_id)}/memory-policy", _model(MemoryPolicyOut))
+
+
+def set_memory_policy(company_id: str, policy: MemoryPolicyIn) -> Call[MemoryPolicyOut]:
+    # The whole policy: repeating it changes nothing more.
+    return Call(
+        "PUT",
+        f"/v1/companies/{_seg(company_id)}/memory-policy",
+        _model(MemoryPolicyOut),
+        json=encode(policy),
     )
 
 

@@ -17,8 +17,11 @@ T = TypeVar("T")
 Role = Literal["system", "user", "assistant"]
 HistoryMode = Literal["auto", "always", "never", "record_all"]
 JobStatus = Literal["queued", "running", "retrying", "succeeded", "dead"]
-VersionReason = Literal["consolidation", "condensation", "truncation", "user_edit", "restore"]
+VersionReason = Literal[
+    "consolidation", "condensation", "truncation", "user_edit", "restore", "retention"
+]
 MessageSource = Literal["request", "response", "placeholder"]
+PolicyAction = Literal["drop", "redact", "allow"]
 FeatureFlag = Literal[
     "FEATURE_FLAG_ENABLE_CONTEXT_MEMORY_UN_22033", "ALLOW_CONTEXT_MEMORY_WITH_WEB_SEARCH_UN_22591"
 ]
@@ -310,6 +313,23 @@ class ExportAuditEventOut:
 
 
 @dataclass(frozen=True)
+class PolicyActionOut:
+    """One thing the company's memory policy kept out of the memory (never the value):
+    `drop`, a line not remembered; `redact`, a value replaced by `[redacted: <kind>]`."""
+
+    occurred_at: str
+    description: str
+    category: str
+    kind: str
+    action: Literal["drop", "redact"]
+    section: str
+    version: int | None
+    reason: str
+    source_turn_ids: list[str]
+    job_id: str | None
+
+
+@dataclass(frozen=True)
 class MemoryExportOut:
     user_id: str
     company_id: str
@@ -320,6 +340,7 @@ class MemoryExportOut:
     chats: list[ChatOut]
     jobs: list[JobOut]
     audit_events: list[ExportAuditEventOut]
+    policy_actions: list[PolicyActionOut] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -476,6 +497,32 @@ class FeatureFlagOut:
 class FeatureFlagsOut:
     company_id: str
     flags: list[FeatureFlagOut]
+
+
+@dataclass(frozen=True)
+class MemoryPolicyIn:
+    """`PUT /v1/companies/{company_id}/memory-policy`: the whole policy, every member."""
+
+    secrets: PolicyAction
+    payment_cards: PolicyAction
+    bank_accounts: PolicyAction
+    national_ids: PolicyAction
+    email_addresses: PolicyAction
+    phone_numbers: PolicyAction
+    instructions: PolicyAction
+    recent_topics_days: int
+    inactive_memory_days: int
+
+
+@dataclass(frozen=True)
+class MemoryPolicyOut(MemoryPolicyIn):
+    """A company's memory policy; `default`: never saved, these are the service's defaults."""
+
+    company_id: str
+    default: bool
+    updated_at: str | None
+    updated_by_company_id: str | None
+    updated_by: str | None
 
 
 @dataclass(frozen=True)

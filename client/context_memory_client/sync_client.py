@@ -36,7 +36,10 @@ from context_memory_client.models import (
     Me,
     MemoryExportOut,
     MemoryOut,
+    MemoryPolicyIn,
+    MemoryPolicyOut,
     Page,
+    PolicyActionOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
@@ -187,6 +190,15 @@ class MemoryClient:
     def restore_version(self, n: int, *, if_match: int | None = None) -> MemoryOut:
         return self.send(calls.restore_version(n, if_match))
 
+    def list_policy_actions(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[PolicyActionOut]:
+        """What the company's memory policy kept out of the memory, newest first."""
+        return self.send(calls.list_policy_actions(limit, cursor))
+
+    def iter_policy_actions(self, *, page_size: int | None = None) -> Iterator[PolicyActionOut]:
+        return self._paginate(lambda cursor: calls.list_policy_actions(page_size, cursor))
+
     def export_memory(self) -> MemoryExportOut:
         return self.send(calls.export_memory())
 
@@ -252,6 +264,13 @@ class MemoryClient:
         self, company_id: str, flag: FeatureFlag, *, enabled: bool
     ) -> FeatureFlagOut:
         return self.send(calls.set_feature_flag(company_id, flag, enabled))
+
+    def get_memory_policy(self, company_id: str) -> MemoryPolicyOut:
+        return self.send(calls.get_memory_policy(company_id))
+
+    def set_memory_policy(self, company_id: str, policy: MemoryPolicyIn) -> MemoryPolicyOut:
+        """Replace the company's memory policy (every member; audited)."""
+        return self.send(calls.set_memory_policy(company_id, policy))
 
     def list_audit_events(
         self, company_id: str, *, limit: int | None = None, cursor: str | None = None

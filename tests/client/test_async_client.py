@@ -13,6 +13,7 @@ from context_memory_client import (
     ConsolidationRequest,
     ContextRequest,
     Forbidden,
+    MemoryPolicyIn,
     MessageIn,
     NotFound,
     PreconditionFailed,
@@ -27,7 +28,7 @@ from fastapi import FastAPI
 
 from app.profiles.profile import Section
 from tests.client.conftest import async_client_of, enable_memory
-from tests.helpers.apps import COMPANY, SPACE, SPACE_ADMIN, TokenFactory
+from tests.helpers.apps import COMPANY, OPERATOR, SPACE, SPACE_ADMIN, TokenFactory
 from tests.helpers.profiles import memory_md
 
 Scope = dict[str, Any]
@@ -112,6 +113,46 @@ async def test_errors_arrive_as_typed_exceptions_carrying_the_request_id(
         with pytest.raises(Unauthorized) as refused:
             await stranger.get_me()
         assert refused.value.request_id
+
+
+async def test_the_memory_policy_is_set_and_what_it_kept_out_is_listed(
+    app: FastAPI, make_token: TokenFactory
+) -> None:
+    operator = async_client_of(app, make_token("olga", "platform", OPERATOR))
+    user = async_client_of(app, make_token("alice", COMPANY))
+    async with operator, user:
+        assert (await operator.get_memory_policy(COMPANY)).default
+        policy = MemoryPolicyIn(
+            secrets="drop",
+            payment_cards="drop",
+            bank_accounts="drop",
+            national_ids="drop",
+            email_addresses="redact",
+            phone_numbers="drop",
+            instructions="drop",
+            recent_topics_days=30,
+            inactive_memory_days=0,
+        )
+        saved = await operator.set_memory_policy(COMPANY, policy)
+        assert (saved.default, saved.phone_numbers, saved.recent_topics_days) == (
+            False,
+            "drop",
+            30,
+        )
+
+        with pytest.raises(Unprocessable) as refused:
+            await user.create_memory(memory_md({Section.IDENTITY: ["Call me at +41 44 668 18 00"]}))
+        assert refused.value.type.endswith(":memory-policy")
+        assert "+41" not in str(refused.value.errors)
+        created = await user.create_memory(memory_md({Section.IDENTITY: ["Mail a@example.com"]}))
+        assert "[redacted: email]" in created.content
+        [action] = [a async for a in user.iter_policy_actions(page_size=1)]
+        assert (action.action, action.category, action.version) == (
+            "redact",
+            "email_addresses",
+            created.version,
+        )
+        assert (await user.export_memory()).policy_actions == [action]
 
 
 async def test_iterators_walk_every_page_of_versions_and_messages(

@@ -1,6 +1,7 @@
-"""The proof over the whole schema: after an opt-out and after an erasure, no row of the user is
-left beyond what the operation promises, the user's canary (seeded into every text the user
-can write) is in no column it should not be, and a second user's data is untouched.
+"""The proof over the whole schema: after an opt-out and after an erasure (alone, or racing the
+user's turn-saves), no row of the user is left beyond what the operation promises, the user's
+canary (seeded into every text the user can write) is in no column it should not be, and a
+second user's data is untouched.
 
 The tables are discovered from `information_schema`, so a table added later is covered without a
 line here: a row of the user in it after an erasure fails the test until the erasure handles it
@@ -9,6 +10,7 @@ line here: a row of the user in it after an erasure fails the test until the era
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any, Final
@@ -20,7 +22,7 @@ from fastapi import FastAPI
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import rows, scalar
-from tests.helpers.settings import patch_user_settings
+from tests.helpers.settings import memory_policy_body, patch_user_settings
 from tests.helpers.worker import make_handler, make_worker
 
 COMPANY: Final = "acme"
@@ -43,10 +45,27 @@ KEPT_BY_OPT_OUT: Final = {
     "audit_events": "true",
     "company_feature_flags": "true",
     "space_settings": "true",
+    "company_memory_policies": "true",
 }
 # The erasure (`app/erasure/service.py`) keeps one audit event: who was erased, with counts.
 KEPT_BY_ERASURE: Final = {
     "audit_events": "action = 'user.erased' AND coalesce(old, 'null') = 'null'"  # JSON or SQL null
+}
+
+# After an erasure racing turn-saves, the rows of the turns written after it: the turn, its
+# messages, its job and idempotency record, the memory folder the first of them made again (its
+# ACL, its memory.md) and the versions consolidating them. `{kept}`: the ids of those turns,
+# `{keys}`: their Idempotency-Keys, `{folder}`: the user's folder path.
+KEPT_AFTER_RACING_ERASURE: Final = KEPT_BY_ERASURE | {
+    "turns": "id::text IN ({kept})",
+    "chat_messages": "turn_id::text IN ({kept})",
+    "jobs": "payload->>'turn_id' IN ({kept})",
+    "idempotency_keys": "key IN ({keys})",
+    "folders": "path = {folder}",
+    "folder_acl": "folder_id IN (SELECT id FROM folders WHERE path = {folder})",
+    "memory_files": "folder_id IN (SELECT id FROM folders WHERE path = {folder})",
+    "memory_versions": "reason = 'consolidation'"
+    " AND source_turn_ids <@ (SELECT jsonb_agg(t) FROM unnest(ARRAY[{kept}]) t)",
 }
 
 # Every table the seed below writes a row of the user into (the proof is not vacuous for them).
@@ -64,6 +83,8 @@ SEEDED_TABLES: Final = frozenset(
         "audit_events",
         "company_feature_flags",
         "space_settings",
+        "company_memory_policies",
+        "memory_policy_actions",
     }
 )
 # Where text the user writes lands (memory, messages, chat and space ids, keys, job payloads).
@@ -140,6 +161,7 @@ def profile_of(who: Person) -> str:
 
 ## Identity
 - Goes by {who.canary}.
+- Reach me at someone@example.com.
 
 ## Communication Preferences
 - Likes {who.memory_canary}.
@@ -157,15 +179,21 @@ def profile_of(who: Person) -> str:
 async def seed(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, who: Person, *, admin: bool
 ) -> None:
-    """Everything the user can leave: a company flag and a space changed (as operator and space
-    admin, with `admin`), the stored setting, a profile, two keyed turns with the canary in the
-    chat id, space id, model name, key and messages, an explicit consolidation, and a job that
-    the worker ran (the others stay queued)."""
+    """Everything the user can leave: a company flag, the memory policy and a space changed (as
+    operator and space admin, with `admin`), the stored setting, a profile (with a value the
+    memory policy redacts), two keyed turns with the canary in the chat id, space id, model
+    name, key and messages, an explicit consolidation, and a job that the worker ran (the
+    others stay queued)."""
     me = auth(who.user_id, COMPANY)
     if admin:
         operator = auth(who.user_id, COMPANY, OPERATOR)
         flag = f"/v1/companies/{COMPANY}/feature-flags/{FLAG_CONTEXT_MEMORY}"
         response = await client.put(flag, json={"enabled": True}, headers=operator)
+        assert response.status_code == 200, response.text
+        policy = memory_policy_body(phone_numbers="allow")
+        response = await client.put(
+            f"/v1/companies/{COMPANY}/memory-policy", json=policy, headers=operator
+        )
         assert response.status_code == 200, response.text
         space_admin = auth(who.user_id, COMPANY, SPACE_ADMIN)
         response = await client.patch(
@@ -203,6 +231,14 @@ async def seed(
     assert response.status_code == 202, response.text
     handler, metrics, _ = make_handler(app)
     assert await make_worker(app, handler, metrics).run_once() is not None
+
+
+async def drain(app: FastAPI) -> None:
+    """Run the worker until no job is left to claim."""
+    handler, metrics, _ = make_handler(app)
+    worker = make_worker(app, handler, metrics)
+    while await worker.run_once() is not None:
+        pass
 
 
 async def footprint(app: FastAPI, tables: list[Table], who: Person) -> dict[str, tuple[int, int]]:
@@ -305,4 +341,122 @@ async def test_after_an_opt_out_only_history_settings_and_audit_name_the_user(
     assert await left_over(app, schema, subject, KEPT_BY_OPT_OUT) == {}
     kept: dict[str, Any] = await footprint(app, schema, subject)
     assert kept["chat_messages"][1] > 0  # the history stays, as the opt-out promises
+    assert await footprint(app, schema, bystander) == bystander_before
+
+
+RACES: Final = 5
+
+
+@dataclass(frozen=True)
+class RacedTurn:
+    turn_id: str
+    key: str | None
+
+
+async def race_turn_saves_with_an_erasure(
+    client: httpx.AsyncClient, auth: AuthFactory, who: Person, *, lanes: int, race: int
+) -> tuple[list[RacedTurn], httpx.Response]:
+    """The user's erasure, with `lanes` clients saving the user's turns one after another (every
+    other one keyed) from before it is sent (one turn is saved first) until it has answered, and
+    once more after."""
+    me = auth(who.user_id, COMPANY)
+    begun, erased = asyncio.Event(), asyncio.Event()
+
+    async def save(lane: int, n: int, *, keyed: bool) -> RacedTurn:
+        tag = f"{race}x{lane}x{n}"  # unique over the races: a key is never replayed
+        key = f"key-{who.canary}-{tag}" if keyed else None
+        body = {
+            "space_id": f"space-{who.canary}",
+            "messages": [{"role": "user", "content": f"I know Zig{tag} at {who.canary}."}],
+            "response": {"role": "assistant", "content": f"Noted, {who.canary}."},
+            "language_model": f"model-{who.canary}",
+        }
+        response = await client.post(
+            f"/v1/chats/chat-{who.canary}-{lane}/turns",
+            json=body,
+            headers=me | ({"Idempotency-Key": key} if key else {}),
+        )
+        assert response.status_code == 202, response.text
+        return RacedTurn(response.json()["turn_id"], key)
+
+    async def one_lane(lane: int) -> list[RacedTurn]:
+        saved: list[RacedTurn] = []
+        while not erased.is_set():
+            saved.append(await save(lane, len(saved), keyed=len(saved) % 2 == 1))
+            begun.set()
+        return [*saved, await save(lane, len(saved), keyed=False)]
+
+    async def erase() -> httpx.Response:
+        await begun.wait()
+        response = await client.delete("/v1/me", headers=me)
+        erased.set()
+        return response
+
+    erasing = asyncio.create_task(erase())
+    saved = await asyncio.gather(*(one_lane(n) for n in range(lanes)))
+    erasure = await erasing
+    assert erasure.status_code == 200, erasure.text
+    return [turn for turns in saved for turn in turns], erasure
+
+
+async def count_turns(app: FastAPI, who: Person) -> int:
+    found: int = await scalar(app, "SELECT count(*) FROM turns WHERE user_id = :u", u=who.user_id)
+    return found
+
+
+def quoted(values: list[str]) -> str:
+    """SQL string literals (of ids and keys this test made), or NULL for none."""
+    return ", ".join(f"'{value}'" for value in values) or "NULL"
+
+
+async def test_after_an_erasure_racing_turn_saves_only_later_turns_and_the_record_name_the_user(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, schema: list[Table]
+) -> None:
+    """Turn-saves racing the erasure, `RACES` times in a row: each turn is deleted with
+    everything of the user, or written after the erasure committed, as a fresh start whose
+    rows, once the worker consolidated it, are all that names the user besides the erasure
+    record (and the next race erases them in turn)."""
+    subject, bystander, _ = await seeded_pair(app, client, auth, schema)
+    await drain(app)  # the bystander's jobs too, so the worker below runs the subject's only
+    bystander_before = await footprint(app, schema, bystander)
+
+    for race in range(RACES):
+        before = await count_turns(app, subject)
+        raced, erasure = await race_turn_saves_with_an_erasure(
+            client, auth, subject, lanes=4, race=race
+        )
+        await drain(app)
+
+        left = {
+            str(r.id)
+            for r in await rows(app, "SELECT id FROM turns WHERE user_id = :u", u=subject.user_id)
+        }
+        kept = [turn for turn in raced if turn.turn_id in left]
+        assert 0 < len(kept) < len(raced)  # the first turn is gone, those after the answer kept
+        assert left == {turn.turn_id for turn in kept}
+        assert erasure.json()["deleted"]["turns"] == before + len(raced) - len(kept)
+        allowed = {
+            table: predicate.format(
+                kept=quoted([turn.turn_id for turn in kept]),
+                keys=quoted([turn.key for turn in kept if turn.key]),
+                folder=f"'user-memory/{subject.user_id}'",
+            )
+            for table, predicate in KEPT_AFTER_RACING_ERASURE.items()
+        }
+        assert await left_over(app, schema, subject, allowed) == {}
+        consolidated = await rows(
+            app,
+            "SELECT DISTINCT jsonb_array_elements_text(source_turn_ids) AS turn_id"
+            " FROM memory_versions WHERE user_id = :u",
+            u=subject.user_id,
+        )
+        assert {r.turn_id for r in consolidated} == left
+        records = await rows(
+            app,
+            "SELECT action, new FROM audit_events WHERE position(:u IN actor_id || target_id) > 0"
+            " ORDER BY id",
+            u=subject.user_id,
+        )
+        assert [r.action for r in records] == ["user.erased"] * (race + 1)  # one per erasure
+        assert records[-1].new == erasure.json()
     assert await footprint(app, schema, bystander) == bystander_before

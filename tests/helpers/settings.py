@@ -1,5 +1,5 @@
-"""The settings a test starts from, set over the settings API: company feature flags, a space's
-settings, and a user's own memory switch."""
+"""The settings a test starts from, set over the settings API: company feature flags, the
+company's memory policy, a space's settings, and a user's own memory switch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ from typing import Any
 
 import httpx
 
+from app.detectors import Category
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
+from app.enablement.memory_policy import (
+    DEFAULT_ACTIONS,
+    DEFAULT_INACTIVE_MEMORY_DAYS,
+    DEFAULT_RECENT_TOPICS_DAYS,
+)
 from tests.helpers.apps import COMPANY, OPERATOR, SPACE_ADMIN, USER, AuthFactory
 
 
@@ -37,6 +43,29 @@ async def enable_company(
     await set_flag(client, auth, FLAG_CONTEXT_MEMORY, True, company)
     if allow_with_web_search:
         await set_flag(client, auth, FLAG_ALLOW_WITH_WEB_SEARCH, True, company)
+
+
+def memory_policy_body(**changes: str | int) -> dict[str, str | int]:
+    """A whole memory policy as the PUT takes it: the defaults, with `changes` on top
+    (`secrets="allow"`, `recent_topics_days=30`, ...)."""
+    body: dict[str, str | int] = {c.value: DEFAULT_ACTIONS[c].value for c in Category}
+    body["recent_topics_days"] = DEFAULT_RECENT_TOPICS_DAYS
+    body["inactive_memory_days"] = DEFAULT_INACTIVE_MEMORY_DAYS
+    return body | changes
+
+
+async def set_memory_policy(
+    client: httpx.AsyncClient, auth: AuthFactory, company: str = COMPANY, **changes: str | int
+) -> dict[str, Any]:
+    """An operator's PUT of the company's memory policy (the defaults with `changes`)."""
+    response = await client.put(
+        f"/v1/companies/{company}/memory-policy",
+        json=memory_policy_body(**changes),
+        headers=auth("olga", "platform", OPERATOR),
+    )
+    assert response.status_code == 200, response.text
+    saved: dict[str, Any] = response.json()
+    return saved
 
 
 async def patch_space(

@@ -77,7 +77,9 @@ VERSIONS = {OWNER.key: 5, SAME_COMPANY_USER.key: 1, OTHER_COMPANY_USER.key: 2, B
 
 
 def canary_of(caller: Caller, run: str) -> str:
-    return f"CANARY-{caller.sub}-{caller.company}-{run}"
+    """Unique per caller and run, in dotted parts too short to look like a key to the memory
+    policy's secret detectors (a profile holding one would be refused)."""
+    return f"CANARY.{caller.sub}.{caller.company}.{run[:12]}"
 
 
 @dataclass

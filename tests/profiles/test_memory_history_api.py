@@ -323,6 +323,7 @@ async def test_export_holds_everything_about_the_caller_and_nothing_else(
         "chats",
         "jobs",
         "audit_events",
+        "policy_actions",
     }
     assert (export["user_id"], export["company_id"]) == ("alice", "acme")
     assert export["settings"] == {"context_memory": True}
@@ -351,6 +352,7 @@ async def test_export_holds_everything_about_the_caller_and_nothing_else(
         "finished_at",
     }
     assert [e["action"] for e in export["audit_events"]] == ["user_settings.update"] * 2
+    assert export["policy_actions"] == []
     for foreign in ("bob", "globex"):
         assert foreign not in response.text
 
