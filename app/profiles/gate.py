@@ -8,6 +8,7 @@ reach the versions table through `write_screened`; no other code calls
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -16,7 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.enablement.memory_policy import Action
 from app.enablement.memory_policy_repository import read_memory_policy
 from app.profiles import repository
-from app.profiles.document import Profile, diff_operations, empty_profile, parse
+from app.profiles.document import (
+    SECTIONS,
+    Operation,
+    OpKind,
+    Profile,
+    diff_operations,
+    empty_profile,
+    parse,
+)
 from app.profiles.policy import PolicyAction, screen
 from app.profiles.policy_actions import PolicyWrite, record_policy_actions
 from app.profiles.refusal import refusal, refused_lines
@@ -50,6 +59,24 @@ class Screening:
 
     row: VersionRow | None
     actions: tuple[PolicyAction, ...]
+
+
+def keep_replaced_bullets(head: Profile, kept: Profile, operations: Sequence[Operation]) -> Profile:
+    """`kept` with the old bullet of every update whose new text the policy dropped put back
+    where it was: a refused bullet drops alone, and an update refused is an update not made,
+    not a deletion of what it would have replaced. Pure."""
+    restored = {section: list(kept.bullets(section)) for section in SECTIONS}
+    for op in operations:
+        if op.kind is not OpKind.UPDATE or op.target is None or op.text is None:
+            continue
+        bullets = restored[op.section]
+        old_bullets = head.bullets(op.section)
+        if op.text in bullets or op.target in bullets or op.target not in old_bullets:
+            continue  # the update landed (perhaps redacted), or its old bullet is unknown
+        before = old_bullets[: old_bullets.index(op.target)]
+        position = sum(1 for bullet in bullets if bullet in before)
+        bullets.insert(position, op.target)
+    return Profile.from_sections(kept.frontmatter, restored, truncated=kept.truncated)
 
 
 def stored_profile(row: VersionRow | None) -> Profile | None:
@@ -92,6 +119,8 @@ async def write_screened(
         raise refusal(lines, screened.dropped)
     taken = tuple(action for action in screened.actions if action.action is not Action.ALLOW)
     kept, source = screened.profile, write.source
+    if screened.dropped and head is not None:
+        kept = keep_replaced_bullets(head, kept, source.operations)
     row: VersionRow | None = None
     if not unchanged(head, kept, source.reason):
         if taken:

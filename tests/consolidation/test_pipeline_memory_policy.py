@@ -167,3 +167,38 @@ async def test_the_offline_engine_is_screened_as_the_model_is(
     assert sample(
         metrics, "memory_policy_actions_total", category="email_addresses", action="redact"
     )
+
+
+@pytest.mark.usefixtures("seeded")
+async def test_an_update_the_policy_refuses_keeps_the_bullet_it_would_have_replaced(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    chat_model: OpenAIChatModel,
+    llm_stub: StubLLMServer,
+) -> None:
+    await queue_turn(client, auth, f"I moved to Globex, and my card is {CARD}; I learn Rust.")
+    llm_stub.script(
+        reply(
+            ops(
+                {
+                    "op": "UPDATE",
+                    "section": "Identity",
+                    "target": "Works at Acme.",
+                    "text": f"Works at Globex, card {CARD}.",
+                },
+                {"op": "ADD", "section": "Skills & Expertise", "text": "Learning Rust."},
+            )
+        )
+    )
+
+    job, _ = await run_one(app, chat_model, consolidation_gate=False)
+
+    assert (job.status, job.outcome, job.version) == ("succeeded", "updated", 2)
+    new = (await versions(app))[-1]
+    assert bullets(new.content, "Identity") == ["Works at Acme."]
+    assert bullets(new.content, "Skills & Expertise") == ["Learning Rust."]
+    assert CARD not in new.content
+    assert CARD not in str(new.operations)
+    [action] = await actions(app)
+    assert (action.category, action.action, action.section) == ("payment_cards", "drop", "Identity")
