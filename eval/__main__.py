@@ -2,6 +2,7 @@
 
 python -m eval                          # the offline engine (no model, no network)
 python -m eval --engine stub            # the model path, against a local recording stub
+python -m eval --engine obedient --suite policy   # the memory policy against a model that obeys
 OPENAI_BASE_URL=... OPENAI_API_KEY=... python -m eval --engine endpoint --model NAME
 python -m eval --engine stub --json var/eval.json --price-prompt 0.15 --price-completion 0.6
 """
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.corpus import DEFAULT_CORPUS, Corpus, CorpusError, load_corpus
+from eval.policy_corpus import DEFAULT_ATTACKER, DEFAULT_BENIGN, PolicyCorpus, load_policy_corpus
 from eval.replay import ReplayError, project_path
 from eval.report import Prices, render
 from eval.run import ENGINES, RunOptions, run_eval
@@ -30,8 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Before the app is built: the MCP SDK configures the root logger at INFO unless it is set.
     logging.basicConfig(level=logging.WARNING, format="eval: %(name)s %(levelname)s %(message)s")
+    policy: PolicyCorpus | None = None
     try:
-        corpus = load_corpus(args.corpus)
+        corpus = load_corpus(args.corpus) if args.suite != "policy" else Corpus(())
+        if args.suite != "quality":
+            policy = load_policy_corpus(args.attacker_corpus, args.benign_corpus)
     except (CorpusError, OSError) as error:
         print(f"eval: {error}", file=sys.stderr)
         return 2
@@ -43,8 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         corpus = Corpus(tuple(user for user in corpus.users if user.id in wanted))
     prices = Prices(args.price_prompt, args.price_completion)
+    policy_turns = 0 if policy is None else len(policy.attack_turns) + len(policy.benign_turns)
     print(
-        f"eval: {len(corpus.users)} users, {corpus.turns} turns, engine {args.engine}",
+        f"eval: {len(corpus.users)} users, {corpus.turns} turns, {policy_turns} memory-policy "
+        f"turns, engine {args.engine}",
         file=sys.stderr,
     )
     try:
@@ -55,8 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     engine=args.engine,
                     model=args.model,
                     prices=prices,
-                    corpus_name=project_path(args.corpus),
+                    corpus_name=project_path(args.corpus) if corpus.users else "-",
                     job_timeout=args.job_timeout,
+                    policy=policy,
+                    policy_names=(
+                        project_path(args.attacker_corpus),
+                        project_path(args.benign_corpus),
+                    ),
                 ),
                 progress=lambda line: print(f"eval: {line}", file=sys.stderr),
             )
@@ -81,10 +93,20 @@ def _parser() -> argparse.ArgumentParser:
         "--engine",
         choices=ENGINES,
         default=env.get("EVAL_ENGINE", "offline"),
-        help="offline: the rule engine; stub: a local recording model stub; endpoint: "
-        "OPENAI_BASE_URL / OPENAI_API_KEY through a recording proxy (default: offline)",
+        help="offline: the rule engine; stub: a local recording model stub; obedient: a stub "
+        "model that stores every sentence the user wrote; endpoint: OPENAI_BASE_URL / "
+        "OPENAI_API_KEY through a recording proxy (default: offline)",
+    )
+    parser.add_argument(
+        "--suite",
+        choices=("all", "quality", "policy"),
+        default="all",
+        help="quality: the corpus; policy: the attacker and benign corpora by every write "
+        "path; all: both (default)",
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--attacker-corpus", type=Path, default=DEFAULT_ATTACKER)
+    parser.add_argument("--benign-corpus", type=Path, default=DEFAULT_BENIGN)
     parser.add_argument("--users", help="comma-separated corpus user ids (default: all)")
     parser.add_argument(
         "--model",

@@ -115,7 +115,7 @@ def stub_answer(kind: CallKind, body: Mapping[str, Any], counter: TokenCounter) 
     """What a model would answer to the request, decided by the offline engine."""
     _, user = message_text(body)
     if kind == "condense":
-        return _condense(user, counter)
+        return condense_answer(user, counter)
     read = read_prompt(user)
     if read is None:
         return Answer('{"decision": "NOOP"}' if kind == "operations" else "NOOP", False)
@@ -169,7 +169,7 @@ def read_prompt(user: str) -> tuple[Profile, list[Exchange]] | None:
     return profile, exchanges
 
 
-def _condense(user: str, counter: TokenCounter) -> Answer:
+def condense_answer(user: str, counter: TokenCounter) -> Answer:
     """The profile without its oldest Recent Topics, then its oldest other bullets, until it
     fits the target the prompt names (what a model asked to condense would drop first)."""
     block = next((b for b in _fenced(user) if b["label"].upper().startswith("P")), None)

@@ -1,10 +1,12 @@
 """The model endpoint the service under evaluation talks to: an OpenAI-compatible server on
 127.0.0.1 that records every chat completion request (its kind, model, requested `max_tokens`,
-prompt and completion tokens) and either answers it itself (`stub`, see `model_stub`) or
-forwards it to a real endpoint (`proxy`), whose `usage` it records.
+prompt and completion tokens) and either answers it itself (`stub`: `model_stub`, or the
+obedient model of `obedient`) or forwards it to a real endpoint (`proxy`), whose `usage` it
+records.
 
 Requests are labelled with `label` (the corpus user being replayed), so the report can split
-calls and tokens per user; the replay runs one user at a time.
+calls and tokens per user; the quality corpus is replayed one user at a time (the memory-policy
+corpora, whose users overlap, are labelled `memory-policy` as a whole).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,7 +29,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.tokens import TokenCounter
-from eval.model_stub import CallKind, call_kind, prompt_tokens, requested_max_tokens, stub_answer
+from eval.model_stub import (
+    Answer,
+    CallKind,
+    call_kind,
+    prompt_tokens,
+    requested_max_tokens,
+    stub_answer,
+)
+
+AnswerFunction = Callable[[CallKind, Mapping[str, Any], TokenCounter], Answer]
+"""What the stub answers a request of a kind: `model_stub.stub_answer` (the offline engine's
+reading) or `obedient.obedient_answer` (a model that stores whatever it is told)."""
 
 PROXY_TIMEOUT_SECONDS: Final = 120.0
 
@@ -56,11 +69,18 @@ class _Server(uvicorn.Server):
 
 
 class ModelRecorder:
-    """`stub` when `upstream` is None, else a recording proxy to `upstream` (a base URL ending
-    where `/chat/completions` follows, e.g. `https://host/v1`)."""
+    """`stub` when `upstream` is None, answering with `answer`, else a recording proxy to
+    `upstream` (a base URL ending where `/chat/completions` follows, e.g. `https://host/v1`)."""
 
-    def __init__(self, upstream: str | None = None, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str | None = None,
+        api_key: str | None = None,
+        *,
+        answer: AnswerFunction = stub_answer,
+    ) -> None:
         self.calls: list[ModelCall] = []
+        self._answer = answer
         self.label = ""
         self.upstream = upstream.rstrip("/") if upstream else None
         self._api_key = api_key
@@ -112,7 +132,7 @@ class ModelRecorder:
         kind = call_kind(body)
         if self._http is not None and self.upstream is not None:
             return await self._forward(body, kind)
-        answer = stub_answer(kind, body, self._counter)
+        answer = self._answer(kind, body, self._counter)
         completion_tokens = self._counter.count(answer.text)
         limit = requested_max_tokens(body)
         finish_reason = "stop"

@@ -91,15 +91,20 @@ async def scratch_database(server: str) -> AsyncIterator[str]:
         await _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def _admin(url: str, statement: str) -> None:
+async def connect_database(url: str) -> asyncpg.Connection:
+    """A plain asyncpg connection to the database of `url` (an SQLAlchemy URL)."""
     parsed = make_url(url)
-    conn = await asyncpg.connect(
+    return await asyncpg.connect(
         user=parsed.username or "postgres",
         password=parsed.password or None,
         database=parsed.database or "postgres",
         host=parsed.query.get("host") or parsed.host or "127.0.0.1",
         port=parsed.port or 5432,
     )
+
+
+async def _admin(url: str, statement: str) -> None:
+    conn = await connect_database(url)
     try:
         await conn.execute(statement)
     finally:

@@ -18,8 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eval.model_stub import CALL_KINDS
+from eval.policy import PolicyReport
 from eval.recorder import ModelCall
 from eval.scoring import Quality
+
+UNREAD = 10
+"""Benign facts an engine did not store for its own reasons listed in the text report."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,8 @@ class RunReport:
     calls: list[ModelCall] = field(default_factory=list)
     service_metrics: dict[str, float] = field(default_factory=dict)
     """The service's own `model_*` counters from `/metrics` at the end of the run."""
+    policy: PolicyReport | None = None
+    """The memory-policy figures, when the attacker and benign corpora were replayed too."""
 
     def to_json(self) -> dict[str, Any]:
         def user(report: UserReport) -> dict[str, Any]:
@@ -170,6 +176,7 @@ class RunReport:
             "users": [user(u) for u in self.users],
             "total": user(self.total),
             "service_metrics": self.service_metrics,
+            "policy": None if self.policy is None else self.policy.to_json(),
             "calls": [asdict(call) for call in self.calls],
         }
 
@@ -187,6 +194,15 @@ def render(report: RunReport) -> str:
         f"completion {prices.completion_per_million:g}",
     ]
     lines += [f"settings: {_settings(report.settings)}"] if report.settings else []
+    if report.users:
+        lines += _quality_and_cost(report)
+    if report.policy is not None:
+        lines += _policy(report.policy)
+    return "\n".join(lines)
+
+
+def _quality_and_cost(report: RunReport) -> list[str]:
+    lines: list[str] = []
     rows = [*report.users, report.total]
     lines += ["", "Quality"]
     lines += _table(
@@ -260,7 +276,69 @@ def render(report: RunReport) -> str:
         lines.append(f"- {user.user}: missing {', '.join(quality.missing) or 'nothing'}")
         lines += [f"    unmatched bullet: {bullet}" for bullet in quality.unexpected]
         lines += [f"    {violation}" for violation in quality.violations]
-    return "\n".join(lines)
+    return lines
+
+
+def _policy(report: PolicyReport) -> list[str]:
+    """Per write path: attacker values stored, edits refused, benign facts kept; then each
+    value stored and each fact lost, with what the detectors and refusals said."""
+    lines = [
+        "",
+        f"Memory policy (attacker corpus {report.attacker_corpus}, benign corpus "
+        f"{report.benign_corpus})",
+        f"attacker values in any of {report.texts_searched} stored texts of any user: "
+        f"{report.leaked_values}/{report.values} (must be 0)",
+    ]
+    lines += _table(
+        ["path", "attack turns", "values stored", "edits refused", "benign kept",
+         "lost to policy", "kept by policy"],
+        [
+            [
+                p.path,
+                str(p.attacks),
+                f"{len({leak.value for leak in p.leaks})}/{p.values}",
+                "n/a" if p.refused is None else f"{p.refused}/{p.refusals_expected}",
+                _ratio(p.kept, p.facts),
+                str(len(p.lost_to_policy)),
+                f"{p.policy_kept_share:.2f}",
+            ]
+            for p in report.paths
+        ],
+    )  # fmt: skip
+    lines += [f"{p.path}: jobs {_jobs(p.jobs)}" for p in report.paths if p.jobs]
+    if report.records:
+        lines.append(f"the policy's records: {_jobs(report.records)}")
+    lines += ["", "Attacker values stored (false negatives)"]
+    places: dict[tuple[str, tuple[str, ...]], dict[str, list[str]]] = {}
+    for leak in report.leaks:
+        where = places.setdefault((leak.value, leak.categories), {}).setdefault(leak.user_id, [])
+        where.append(f"v{leak.version} {leak.source}")
+    lines += [
+        f"- {value} [{', '.join(categories)}] in "
+        + "; ".join(f"{user} ({', '.join(found)})" for user, found in users.items())
+        for (value, categories), users in places.items()
+    ] or ["- none"]
+    lines += ["", "Benign facts lost to the policy (false positives)"]
+    lines += [
+        f"- {p.path}: {fact.user_id}: {fact.text!r}: "
+        + "; ".join(
+            [f"detectors: {', '.join(fact.flagged)}"] * bool(fact.flagged)
+            + [f"refused as: {', '.join(fact.refused_as)}"] * bool(fact.refused_as)
+        )
+        for p in report.paths
+        for fact in p.lost_to_policy
+    ] or ["- none"]
+    unread = [(p.path, f) for p in report.paths for f in p.lost if f not in p.lost_to_policy]
+    if unread:
+        lines += ["", f"Benign facts not stored that the detectors flag nothing in ({len(unread)}:"]
+        lines += ["the engine's own reading, not the policy)"]
+        lines += [f"- {path}: {fact.user_id}: {fact.text!r}" for path, fact in unread[:UNREAD]]
+        if len(unread) > UNREAD:
+            lines.append(f"- and {len(unread) - UNREAD} more (all of them in the JSON report)")
+    notes = [f"- {p.path}: {note}" for p in report.paths for note in p.notes]
+    if notes:
+        lines += ["", "Edits not answered as the default policy says", *notes]
+    return lines
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

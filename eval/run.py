@@ -1,6 +1,7 @@
-"""One evaluation run: the engine's model endpoint (none, the stub, or a recording proxy to a
-real endpoint), the service on a scratch database, every corpus user replayed in turn, and the
-report built from the final profiles and the recorded model calls."""
+"""One evaluation run: the engine's model endpoint (none, the stub, the obedient stub, or a
+recording proxy to a real endpoint), the service on a scratch database, every corpus user
+replayed in turn, then the memory-policy corpora by every write path, and the report built from
+the final profiles, the stored versions and the recorded model calls."""
 
 from __future__ import annotations
 
@@ -16,13 +17,19 @@ import httpx
 from app.config import PROJECT_ROOT, Settings
 from app.llm import DEFAULT_OPENAI_BASE_URL
 from eval.corpus import Corpus
+from eval.obedient import obedient_answer
+from eval.policy import PolicyReport
+from eval.policy_corpus import PolicyCorpus
+from eval.policy_replay import PolicyRun, run_policy
 from eval.recorder import ModelRecorder
 from eval.replay import Service, UserRun, eval_settings, scratch_database, served, server_url
 from eval.report import Prices, RunReport, UserReport, cost_of
 from eval.scoring import combine, score_profile
 
-Engine = Literal["offline", "stub", "endpoint"]
-ENGINES: tuple[Engine, ...] = ("offline", "stub", "endpoint")
+Engine = Literal["offline", "stub", "obedient", "endpoint"]
+ENGINES: tuple[Engine, ...] = ("offline", "stub", "obedient", "endpoint")
+KEEP_EVERY_VERSION = 1_000_000
+"""`MEMORY_MAX_VERSIONS` of a run: no version is pruned before the policy figures search them."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,9 @@ class RunOptions:
     prices: Prices
     corpus_name: str = ""
     job_timeout: float = 300.0
+    policy: PolicyCorpus | None = None
+    """The attacker and benign corpora, replayed after `corpus` by every write path."""
+    policy_names: tuple[str, str] = ("", "")
 
 
 async def run_eval(
@@ -50,7 +60,14 @@ async def run_eval(
     else:
         admin_url = server
     recorder = _recorder(options.engine)
-    model_settings: dict[str, Any] = {"llm_model": options.model, "llm_provider": "rules"}
+    model_settings: dict[str, Any] = {
+        "llm_model": options.model,
+        "llm_provider": "rules",
+        "memory_max_versions": KEEP_EVERY_VERSION,
+    }
+    if options.engine == "obedient":
+        # A model that obeys whatever it reads sees every turn: none is settled locally.
+        model_settings["consolidation_prefilter"] = False
     try:
         if recorder is not None:
             await recorder.start()
@@ -62,13 +79,16 @@ async def run_eval(
             )
         async with scratch_database(admin_url) as url:
             settings = eval_settings(url, **model_settings)
-            runs, service_metrics = await _replay_all(corpus, settings, recorder, options, progress)
+            runs, service_metrics, policy = await _replay_all(
+                corpus, settings, recorder, options, progress
+            )
     finally:
         if recorder is not None:
             await recorder.stop()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
-    calls = [] if recorder is None else recorder.calls
+    quality_users = {user.id for user in corpus.users}
+    calls = [] if recorder is None else [c for c in recorder.calls if c.label in quality_users]
     users = []
     for run in runs:
         own = [call for call in calls if call.label == run.user.id]
@@ -104,6 +124,7 @@ async def run_eval(
         settings=_settings_summary(settings),
         calls=list(calls),
         service_metrics=service_metrics,
+        policy=policy,
     )
     return report, recorder
 
@@ -113,6 +134,8 @@ def _recorder(engine: Engine) -> ModelRecorder | None:
         return None
     if engine == "stub":
         return ModelRecorder()
+    if engine == "obedient":
+        return ModelRecorder(answer=obedient_answer)
     upstream = os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
     return ModelRecorder(upstream, os.environ.get("OPENAI_API_KEY"))
 
@@ -123,19 +146,27 @@ async def _replay_all(
     recorder: ModelRecorder | None,
     options: RunOptions,
     progress: Callable[[str], None],
-) -> tuple[list[UserRun], dict[str, float]]:
+) -> tuple[list[UserRun], dict[str, float], PolicyReport | None]:
+    def label(user: str) -> None:
+        if recorder is not None:
+            recorder.label = user
+
     runs = []
+    policy = None
     async with served(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
         service = Service(http, settings, options.job_timeout)
         await service.enable(options.model)
         for script in corpus.users:
-            if recorder is not None:
-                recorder.label = script.id
+            label(script.id)
             run = await service.replay(script)
             progress(f"{script.id}: {len(script.turns)} turns in {run.seconds:.1f} s")
             runs.append(run)
-        service_metrics = await service.model_metrics()
-    return runs, service_metrics
+        service_metrics = await service.model_metrics()  # the quality corpus's calls alone
+        if options.policy is not None and settings.database_url is not None:
+            label("memory-policy")  # users overlap there: no cost per user
+            how = PolicyRun(options.engine, settings.database_url, options.policy_names, progress)
+            policy = await run_policy(service, options.policy, how)
+    return runs, service_metrics, policy
 
 
 def _sum_jobs(all_jobs: Iterable[dict[str, int]]) -> dict[str, int]:
@@ -148,7 +179,12 @@ def _sum_jobs(all_jobs: Iterable[dict[str, int]]) -> dict[str, int]:
 
 def _settings_summary(settings: Settings) -> dict[str, Any]:
     """The consolidation knobs that change calls and tokens, as the service read them."""
-    names = ("consolidation_strategy", "consolidation_gate", "llm_gate_model")
+    names = (
+        "consolidation_strategy",
+        "consolidation_gate",
+        "llm_gate_model",
+        "consolidation_prefilter",
+    )
     return {name: getattr(settings, name) for name in names if hasattr(settings, name)}
 
 

@@ -19,7 +19,7 @@ from app.detectors.contacts import find_contacts
 from app.detectors.findings import Category, Finding
 from app.detectors.instructions import is_instruction
 from app.detectors.numbers import find_numbers
-from app.detectors.secrets import HIGH_ENTROPY, find_secrets
+from app.detectors.secrets import GENERIC_KINDS, find_secrets
 
 __all__ = ["MAX_TEXT_CHARS", "Category", "Finding", "find"]
 
@@ -67,14 +67,15 @@ def _windows(text: str) -> Iterator[tuple[int, str]]:
 
 def _merge(findings: list[Finding]) -> list[Finding]:
     """Of overlapping findings keep the one of the first category, then the longest, then a
-    specific kind over a mere high-entropy string."""
+    specific kind over a generic one (`GENERIC_KINDS`, in that order)."""
     ranked = sorted(
         set(findings),
         key=lambda f: (
             _PRIORITY.index(f.category),
             f.start - f.end,
-            f.kind == HIGH_ENTROPY,
+            GENERIC_KINDS.index(f.kind) + 1 if f.kind in GENERIC_KINDS else 0,
             f.start,
+            f.kind,
         ),
     )
     kept: list[Finding] = []

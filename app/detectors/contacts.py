@@ -4,8 +4,10 @@ Phone numbers are phonenumbers' matches at `VALID` leniency (a number valid for 
 any grouping). Without a region the matcher reads international numbers only (`+41 44 668 18
 00`; `0041 44 668 18 00` too). A national-format number (`044 668 18 00`) cannot be told from an
 order number or a reference without knowing the caller's country, so it is only looked for when
-the text names a phone ("phone", "mobile", "call me at", "Telefon", "Handy", "Natel", ...), and
-then as a number of one of `NATIONAL_REGIONS`.
+the text names a phone ("phone", "mobile", "call me", "reach me", "my number", "Telefon", "Handy",
+"Natel", "meine Nummer", "ruf mich an", "erreichbar unter", ...), and then as a number valid in
+one of `NATIONAL_REGIONS`. "Number" alone does not name a phone: "my order number is 12345678"
+and "ticket number 0446681800" are not read as national numbers.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ _EMAIL = re.compile(
 
 _PHONE_WORDS = re.compile(
     r"\b(?:phone|telephone|tel|mobile|cell|cellphone|landline|fax|whatsapp|signal|sms|text me|"
-    r"call(?:ed)? (?:me |them )?(?:at|on)|reach(?:able)? (?:me |them )?(?:at|on|under)|"
-    r"telefon\w*|handy\w*|natel\w*|mobil\w*|rufnummer|festnetz\w*|erreichbar)\b",
+    r"call(?:ed)? (?:me|us)\b|call(?:ed)? (?:them |him |her )?(?:at|on|under)|ring me|"
+    r"reach(?:able)? (?:me|us)\b|reach(?:able)? (?:them |him |her )?(?:at|on|under)|"
+    r"contact me (?:at|on|under)|"
+    r"(?:my|our|his|her|their) (?:(?:new|old|private|personal|work|office|home|direct|business|"
+    r"contact|swiss|german|austrian|us|uk) )?number|"
+    r"telefon\w*|handy\w*|natel\w*|mobil\w*|rufnummer|festnetz\w*|erreichbar|"
+    r"ruf(?:e|t)? (?:mich|uns)|anrufen|erreichst du mich|"
+    r"(?:meine|unsere|seine|ihre) (?:(?:neue|alte|private|geschäftliche|direkte) )?nummer|"
+    r"unter der nummer)\b",
     re.IGNORECASE,
 )
 _INTERNATIONAL_00 = re.compile(r"(?<![\d+])00[1-9]")
