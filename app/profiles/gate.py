@@ -14,7 +14,8 @@ from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.enablement.memory_policy import Action
+from app.detectors import find
+from app.enablement.memory_policy import Action, MemoryPolicy
 from app.enablement.memory_policy_repository import read_memory_policy
 from app.profiles import repository
 from app.profiles.document import (
@@ -79,6 +80,28 @@ def keep_replaced_bullets(head: Profile, kept: Profile, operations: Sequence[Ope
     return Profile.from_sections(kept.frontmatter, restored, truncated=kept.truncated)
 
 
+def operations_name_kept_out(
+    operations: Sequence[Operation], before: Profile, after: Profile, policy: MemoryPolicy
+) -> bool:
+    """Whether an operation names a text that neither version holds and that holds what the
+    policy keeps out: an import's operations describe the source's own, unscreened history, and
+    one batch may add a bullet and update it again. Texts of either version passed the gate
+    already. Pure."""
+    texts = {
+        bullet
+        for profile in (before, after)
+        for _, bullets in profile.sections
+        for bullet in bullets
+    }
+    for op in operations:
+        for text in (op.text, op.target):
+            if text is None or text in texts:
+                continue
+            if any(policy.action(found.category) is not Action.ALLOW for found in find(text)):
+                return True
+    return False
+
+
 def stored_profile(row: VersionRow | None) -> Profile | None:
     return None if row is None else parse(row.content)
 
@@ -106,8 +129,10 @@ async def write_screened(
     category and line, never the value); every other write drops and redacts silently. What
     was dropped or redacted is recorded with the version written, or with none when the
     screened profile equals the head: then no version is written and the actions alone are
-    kept. When the policy acted, the version's operations are derived again from the head and
-    what is written, so that none carries a value that was kept out. Everything the policy found,
+    kept. When the policy acted, or an operation names a text that holds what the policy keeps
+    out (an import's history, a batch that adds and updates one bullet), the version's
+    operations are derived again from the head and what is written, so that none carries a
+    value that was kept out. Everything the policy found,
     `allow` included, goes to `policy.on_policy_actions`. Retention is the caller's.
     """
     head = stored_profile(state.row)
@@ -123,8 +148,8 @@ async def write_screened(
         kept = keep_replaced_bullets(head, kept, source.operations)
     row: VersionRow | None = None
     if not unchanged(head, kept, source.reason):
-        if taken:
-            before = head or empty_profile(state.user_id)
+        before = head or empty_profile(state.user_id)
+        if taken or operations_name_kept_out(source.operations, before, kept, company_policy):
             source = replace(source, operations=tuple(diff_operations(before, kept)))
         tokens = count_tokens(kept, policy.counter)
         row = await repository.write_version(

@@ -202,3 +202,37 @@ async def test_an_update_the_policy_refuses_keeps_the_bullet_it_would_have_repla
     assert CARD not in str(new.operations)
     [action] = await actions(app)
     assert (action.category, action.action, action.section) == ("payment_cards", "drop", "Identity")
+
+
+@pytest.mark.usefixtures("seeded")
+async def test_operations_that_add_a_card_and_update_it_away_do_not_store_the_card(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    chat_model: OpenAIChatModel,
+    llm_stub: StubLLMServer,
+) -> None:
+    await queue_turn(client, auth, f"My card is {CARD}; no wait, just say I pay by card.")
+    llm_stub.script(
+        reply(
+            ops(
+                {"op": "ADD", "section": "Identity", "text": CARD_BULLET},
+                {
+                    "op": "UPDATE",
+                    "section": "Identity",
+                    "target": CARD_BULLET,
+                    "text": "Pays by card.",
+                },
+            )
+        )
+    )
+
+    job, _ = await run_one(app, chat_model, consolidation_gate=False)
+
+    assert (job.status, job.outcome, job.version) == ("succeeded", "updated", 2)
+    new = (await versions(app))[-1]
+    assert bullets(new.content, "Identity") == ["Works at Acme.", "Pays by card."]
+    assert CARD not in str(new.operations)
+    assert new.operations == [
+        {"op": "ADD", "section": "Identity", "old": None, "new": "Pays by card."}
+    ]
