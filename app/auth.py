@@ -47,7 +47,6 @@ _KEY_TYPES: Final[dict[str, tuple[str, str | None]]] = {
     "ES384": ("EC", "P-384"),
     "ES512": ("EC", "P-521"),
 }
-_MISSING: Final = object()
 
 RoleDropObserver = Callable[[str, str], None]
 """Called with (issuer, role) for a role an issuer may not grant (`operator` of a company

@@ -130,10 +130,6 @@ class IssuerKeys:
         self._last_failure = -math.inf
         self._in_flight: asyncio.Task[None] | None = None
 
-    @property
-    def key_set(self) -> KeySet | None:
-        return self._keys
-
     def stale_for(self) -> float:
         """Seconds since the last good fetch (infinite before the first)."""
         keys = self._keys

@@ -122,16 +122,6 @@ class PolicyJudgement(Protocol):
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app instance)."""
 
-    def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
-        self.jwks_fetches.labels(issuer, outcome).inc()
-
-    def observe_memory_policy_actions(self, judgements: Iterable[PolicyJudgement]) -> None:
-        for judgement in judgements:
-            self.memory_policy_actions.labels(judgement.category, judgement.action).inc()
-
-    def observe_role_dropped(self, issuer: str, role: str) -> None:
-        self.roles_dropped.labels(issuer, role).inc()
-
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.request_latency = Histogram(
@@ -248,6 +238,16 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+
+    def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
+        self.jwks_fetches.labels(issuer, outcome).inc()
+
+    def observe_memory_policy_actions(self, judgements: Iterable[PolicyJudgement]) -> None:
+        for judgement in judgements:
+            self.memory_policy_actions.labels(judgement.category, judgement.action).inc()
+
+    def observe_role_dropped(self, issuer: str, role: str) -> None:
+        self.roles_dropped.labels(issuer, role).inc()
 
 
 ErrorRenderer = Callable[[BaseException], Awaitable[Message | None]]

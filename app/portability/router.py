@@ -18,9 +18,9 @@ from app.portability import export, importer, memory_import
 from app.portability.export import CompanySnapshot
 from app.portability.format import MEDIA_TYPE
 from app.portability.schemas import CompanyImportOut, MemoryImportIn
-from app.profiles.router import MEMORY_PATH, VERSION_LINKS, VersionPolicyDep
+from app.profiles.router import MEMORY_PATH, VERSION_LINKS, VersionPolicyDep, replaced
 from app.profiles.schemas import MemoryOut
-from app.profiles.versions import WriteConditions, etag, parse_entity_tags
+from app.profiles.versions import WriteConditions, parse_entity_tags
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
@@ -261,11 +261,7 @@ async def import_my_memory(
         ),
         policy=policy,
     )
-    response.headers["ETag"] = etag(outcome.row.version)
-    if outcome.created:
-        response.status_code = status.HTTP_201_CREATED
-        response.headers["Location"] = MEMORY_PATH
-    return MemoryOut.of(outcome.row)
+    return replaced(outcome, response)
 
 
 def _given(header: str | None) -> str | None:

@@ -184,6 +184,12 @@ async def put_memory(
         WriteConditions(parse_entity_tags(if_match), parse_entity_tags(if_none_match)),
         policy=policy,
     )
+    return replaced(outcome, response)
+
+
+def replaced(outcome: service.WriteOutcome, response: Response) -> MemoryOut:
+    """The answer to a write of the whole profile: its ETag, and 201 with its Location when
+    the write created the profile."""
     response.headers["ETag"] = etag(outcome.row.version)
     if outcome.created:
         response.status_code = status.HTTP_201_CREATED

@@ -26,6 +26,17 @@ async def served(app: FastAPI) -> AsyncIterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    try:
+        async with served_on(sock, app):
+            yield f"http://127.0.0.1:{port}"
+    finally:
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def served_on(sock: socket.socket, app: FastAPI) -> AsyncIterator[None]:
+    """Serve `app` (lifespan included) on the bound `sock` until the block ends: for a test
+    that must know the service's URL before it configures the app."""
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -42,8 +53,7 @@ async def served(app: FastAPI) -> AsyncIterator[str]:
                 task.result()
                 raise RuntimeError("the app exited during startup")
             await asyncio.sleep(0.005)
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         server.should_exit = True
         await task
-        sock.close()

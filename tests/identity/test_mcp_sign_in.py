@@ -16,10 +16,8 @@ lists it in `audiences`, as docs/identity.md says to.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -27,8 +25,6 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import httpx2
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from jose import jwt
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
@@ -47,6 +43,7 @@ from tests.helpers.apps import AuthFactory, make_settings
 from tests.helpers.identity_provider import IdentityProvider, public_client
 from tests.helpers.memory import ME, create
 from tests.helpers.profiles import memory_md
+from tests.helpers.serving import served_on
 
 LOGIN = "dana"
 COMPANY = "globex"  # the token's `org.id`
@@ -74,41 +71,6 @@ class Deployment:
     @property
     def mcp_url(self) -> str:
         return f"{self.base_url}/mcp"
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without signal handlers: Ctrl-C must stay with pytest."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@contextlib.asynccontextmanager
-async def served_on(sock: socket.socket, app: FastAPI) -> AsyncIterator[None]:
-    """Serve `app` (lifespan included) on the bound `sock` until the block ends. The socket is
-    bound first because the service's URL must be known before the provider and the app are
-    configured: its MCP URL is the tokens' audience."""
-    config = uvicorn.Config(
-        app,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        ws="none",
-        timeout_graceful_shutdown=2,
-    )
-    server = _Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("the app exited during startup")
-            await asyncio.sleep(0.005)
-        yield
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest.fixture(scope="module")
