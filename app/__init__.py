@@ -3,14 +3,20 @@
 The packages depend one way, bottom to top; a module imports only from its own layer or below:
 
 1. infrastructure: the top-level modules (config, errors, db, auth, jwks, detectors, tokens,
-   llm, limits, pagination, observability, lean_routes, embedded_pg, operations, contract,
-   api_tags, docs_pages); they import no package.
+   llm, limits, http_protocol, pagination, observability, lean_routes, embedded_pg, operations,
+   contract, api_tags, docs_pages, snapshots); they import no package.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
    kinds and hand the worker their handlers and maintenance steps.
 3. `conversations`: chats, turns and messages, and the history modes.
+   `quotas`: the quota rules, the marks of the periodic check of stored amounts, and that
+   check as a maintenance step.
 4. `folders`: the folder tree and the access check.
 5. `enablement`: flags, space settings, the user's stored setting, the audit trail, and the
    decision whether memory is on.
+   `rate_limits`: the limits per route class, the per-process limiter, and the operators'
+   per-company overrides (audited in the enablement trail).
+   `usage`: usage metering per company and day, and the monthly model budget per company
+   (audited in the enablement trail); the worker and the hot path count through it.
 6. `profiles`: the `memory.md` document, its versions, the user's memory API and the switch that
    deletes it (which reaches down into folders, enablement and jobs).
 7. `consolidation`: the job kinds it handles, the pipeline, its prompts and the offline engine.
@@ -38,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tokens",
         "llm",
         "limits",
+        "http_protocol",
         "pagination",
         "observability",
         "lean_routes",
@@ -46,11 +53,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "contract",
         "api_tags",
         "docs_pages",
+        "snapshots",
     ),
     ("jobs",),
     ("conversations",),
+    ("quotas",),
     ("folders",),
     ("enablement",),
+    ("rate_limits",),
+    ("usage",),
     ("profiles",),
     ("consolidation",),
     ("turns",),

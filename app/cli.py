@@ -27,6 +27,8 @@ logger = logging.getLogger("app.cli")
 OPENAPI_PATH = PROJECT_ROOT / "openapi.yaml"
 # What each process of `serve --workers N` (N > 1) imports and calls to build its app.
 SERVED_APP_FACTORY = "app.cli:create_served_app"
+# ... and the HTTP protocol each runs (by name: the spawned processes import it)
+SERVED_HTTP_PROTOCOL = "app.http_protocol:BoundedHttpToolsProtocol"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,6 +201,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
     from app.auth import Principal, issue_token  # noqa: PLC0415
+    from app.http_protocol import BoundedHttpToolsProtocol  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
     from app.observability import configure_logging  # noqa: PLC0415
 
@@ -233,12 +236,14 @@ def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     if workers > 1:
         return _serve_processes(settings, host, port, workers)
     uvicorn.run(
-        create_app(settings),
+        # one process: its share of each rate limit is the whole replica's
+        create_app(settings.model_copy(update={"api_workers": 1})),
         host=host,
         port=port,
         log_config=None,
         access_log=False,
         proxy_headers=False,
+        http=BoundedHttpToolsProtocol,  # deadlines and size limits on request heads
     )
     return 0
 
@@ -272,6 +277,7 @@ def _serve_processes(settings: Settings, host: str, port: int, workers: int) -> 
             url = embedded.start()
             run_migrations(to_asyncpg_url(url))
             os.environ["DATABASE_URL"] = url  # read by the workers' settings
+        os.environ["API_WORKERS"] = str(workers)  # each process's share of the rate limits
         config = Config(
             SERVED_APP_FACTORY,
             factory=True,
@@ -281,6 +287,7 @@ def _serve_processes(settings: Settings, host: str, port: int, workers: int) -> 
             log_config=None,
             access_log=False,
             proxy_headers=False,
+            http=SERVED_HTTP_PROTOCOL,
         )
         listener = config.bind_socket()
         supervisor = Multiprocess(config, sockets=[listener])

@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_JWT_SECRET = "dev-only-insecure-secret-change-me"  # noqa: S105 - refused outside development
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# a rate limit: QUOTA/WINDOW_SECONDS (120/60: 120 requests a minute), or off (0 too)
+RATE_LIMIT_PATTERN = r"^(off|0|[1-9][0-9]{0,7}/[1-9][0-9]{0,4})$"
 
 Environment = Literal["development", "test", "production"]
 ServiceRole = Literal["space_admin", "operator"]
@@ -49,6 +51,15 @@ class IssuerConfig(BaseModel):
         if (self.company is None) == (self.company_claim is None):
             raise ValueError(f"issuer {self.issuer!r}: set exactly one of company, company_claim")
         return self
+
+
+class ModelPrice(BaseModel):
+    """One model's price in `MODEL_PRICES`, per million tokens (the currency is the operator's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt_per_million: float = Field(ge=0, le=1_000_000)
+    completion_per_million: float = Field(ge=0, le=1_000_000)
 
 
 LlmProvider = Literal["auto", "openai", "rules"]
@@ -192,10 +203,81 @@ class Settings(BaseSettings):
             "which is read as it arrives, never buffered; every other request has MAX_BODY_BYTES."
         ),
     )
+    max_request_headers: int = Field(
+        default=100,
+        ge=16,
+        le=1000,
+        description="The most header fields a request may have; more is a 431.",
+    )
+    max_request_header_bytes: int = Field(
+        default=16_384,
+        ge=4096,
+        le=1_048_576,
+        description=(
+            "The most bytes of a request's head (request line and header fields, as sent); "
+            "more is a 431. Keep it above JWT_MAX_TOKEN_BYTES plus a few hundred bytes."
+        ),
+    )
+    request_header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description=(
+            "`serve` closes a connection whose request head (request line and headers) is not "
+            "complete this long after the connection opened or its previous response ended."
+        ),
+    )
+    request_body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description=(
+            "A request body must have arrived this long after its headers (a 408 otherwise, "
+            "and the connection is closed); a company import, read as it arrives, must not "
+            "pause longer than this between two pieces."
+        ),
+    )
     max_messages_per_request: int = Field(default=200, ge=1)
     max_message_chars: int = Field(default=100_000, ge=1)
     idempotency_key_max_length: int = Field(default=255, ge=8)
     idempotency_ttl_hours: int = Field(default=24, ge=24)
+
+    # --- rate limits (QUOTA/WINDOW_SECONDS, or off; per user and per company) ----------------
+    rate_limit_context_user: str = Field(default="600/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_context_company: str = Field(default="12000/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_turns_user: str = Field(default="120/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_turns_company: str = Field(default="3000/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_consolidations_user: str = Field(default="10/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_consolidations_company: str = Field(default="300/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_exports_user: str = Field(default="10/3600", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_exports_company: str = Field(default="100/3600", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_memory_writes_user: str = Field(default="60/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_memory_writes_company: str = Field(default="1200/60", pattern=RATE_LIMIT_PATTERN)
+    rate_limit_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description=(
+            "Replicas of the service behind the load balancer. Each API process enforces "
+            "1/(RATE_LIMIT_REPLICAS x API_WORKERS) of every limit, so that together they never "
+            "allow more than the limit."
+        ),
+    )
+    rate_limit_refusal_delay_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description=(
+            "A request over a rate limit is answered after this pause (at most its "
+            "Retry-After), so that a client retrying in a tight loop is slowed down; 0: at once."
+        ),
+    )
+    rate_limit_refresh_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="How often a process reads the companies' rate-limit overrides again.",
+    )
 
     # --- conversation history ----------------------------------------------------------------
     history_max_messages: int = Field(default=50, ge=0)
@@ -242,6 +324,53 @@ class Settings(BaseSettings):
         ),
     )
 
+    # --- quotas (0 = unlimited) ----------------------------------------------------------------
+    quota_user_queued_jobs: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description=(
+            "Waiting (queued or retrying) consolidation jobs per user; a further turn is "
+            "coalesced into the user's newest queued job instead of queuing one."
+        ),
+    )
+    quota_job_max_turns: int = Field(
+        default=25,
+        ge=1,
+        le=1_000,
+        description=(
+            "Most turns one consolidation job carries once turns are coalesced into it; when "
+            "every waiting job of the user is full, a turn-save answers 409."
+        ),
+    )
+    quota_user_history_messages: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="Stored chat messages per user (every chat); over it a turn-save is a 409.",
+    )
+    quota_company_users_with_memory: int = Field(
+        default=0,
+        ge=0,
+        description="Users of one company with a memory folder; 0 = unlimited.",
+    )
+    quota_company_storage_bytes: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Bytes of stored chat messages and memory versions per company; over it a "
+            "turn-save is a 409. 0 = unlimited."
+        ),
+    )
+    quota_check_interval_seconds: int = Field(
+        default=300,
+        ge=300,
+        le=86_400,
+        description=(
+            "How often the worker recounts stored history and storage against their quotas "
+            "(at its housekeeping rounds, every 300 s)."
+        ),
+    )
+
     # --- worker ------------------------------------------------------------------------------
     worker_enabled: bool = True  # run the worker inside `serve`
     worker_concurrency: int = Field(default=2, ge=1, le=64)
@@ -262,6 +391,25 @@ class Settings(BaseSettings):
     )
     worker_metrics_host: str = "127.0.0.1"
 
+    # --- usage metering (docs/usage.md) --------------------------------------------------------
+    usage_flush_seconds: float = Field(
+        default=10.0,
+        ge=0.1,
+        le=86_400,
+        description=(
+            "How often each process writes its in-memory counts of turns saved and contexts "
+            "served (and at shutdown): a crash loses at most this interval of those two counts."
+        ),
+    )
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default={},
+        description=(
+            'Prices per model for the usage report\'s estimated cost, as JSON: `{"gpt-4o-mini": '
+            '{"prompt_per_million": 0.15, "completion_per_million": 0.6}}`, keyed by the model '
+            "name the provider reports. A model without a price has no cost estimate."
+        ),
+    )
+
     @field_validator("auth_issuers", mode="before")
     @classmethod
     def _read_issuers(cls, value: object) -> object:
@@ -273,6 +421,13 @@ class Settings(BaseSettings):
                 except OSError as exc:
                     raise ValueError(f"AUTH_ISSUERS: cannot read {text[1:]!r}: {exc}") from exc
             return json.loads(text) if text else []
+        return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _read_model_prices(cls, value: object) -> object:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
         return value
 
     @field_validator("ui_oidc_extra_params", mode="before")

@@ -6,6 +6,8 @@ derived once from each route, so a route added later is covered without a line h
 
 - 401 (`WWW-Authenticate: Bearer`) when a dependency resolves the caller (`current_principal`);
 - 403 when a dependency is a role check (`auth.role_check`);
+- 429 (`Retry-After`) when a dependency is a rate limit (`RATE_LIMITS`), and the
+  `RateLimit-Policy` and `RateLimit` header fields on every response of such an operation;
 - 400 and 413 when the operation takes a body (not JSON text; over the size limit), 422 when it
   takes any input;
 - 503 (`Retry-After`) unless the operation never touches the database.
@@ -80,18 +82,38 @@ _GENERIC: Final[Mapping[int, str]] = {
     403: "The token lacks the role this operation needs",
     413: "The request body is over the size limit",
     422: "The request is invalid; `errors` names the offending fields",
+    429: "Over a rate limit; retry after `Retry-After` seconds",
     503: "The database is unavailable; retry after `Retry-After` seconds",
+}
+_RETRY_AFTER: Final[OpenAPI] = {
+    "Retry-After": {
+        "required": True,
+        "description": "Seconds to wait before retrying",
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    }
 }
 _HEADERS: Final[Mapping[int, OpenAPI]] = {
     401: {"WWW-Authenticate": {"required": True, "schema": {"type": "string", "enum": ["Bearer"]}}},
-    503: {
-        "Retry-After": {
-            "required": True,
-            "description": "Seconds to wait before retrying",
-            "schema": {"type": "string", "pattern": "^[0-9]+$"},
-        }
+    429: _RETRY_AFTER,
+    503: _RETRY_AFTER,
+}
+RATE_LIMIT_HEADERS: Final[Mapping[str, OpenAPI]] = {
+    "RateLimit-Policy": {
+        "description": 'The limits that apply (IETF httpapi draft), e.g. `"turns-user";q=120;'
+        'w=60, "turns-company";q=3000;w=60`: quota `q` requests per window `w` seconds, as '
+        "this process enforces them",
+        "schema": {"type": "string"},
+    },
+    "RateLimit": {
+        "description": 'Their state, e.g. `"turns-user";r=119;t=1`: `r` requests remaining, '
+        "`t` seconds until the quota is whole again",
+        "schema": {"type": "string"},
     },
 }
+
+RATE_LIMITS: set[Callable[..., Any]] = set()
+"""Dependencies that count a request against rate limits (they raise 429); the published
+contract says so for every route that depends on one."""
 
 
 def _whole_number(value: object) -> object:
@@ -136,6 +158,7 @@ def declare_problems(
     for name in _FASTAPI_VALIDATION_SCHEMAS:
         schemas.pop(name, None)
     schemas.update(PROBLEM_SCHEMAS)
+    spec["components"].setdefault("headers", {}).update(copy.deepcopy(RATE_LIMIT_HEADERS))
     for path, route in routes:
         for method in sorted((route.methods or set()) - {"HEAD"}):
             operation = spec["paths"].get(path, {}).get(method.lower())
@@ -159,6 +182,8 @@ def _generic_statuses(route: APIRoute, key: tuple[str, str], operation: OpenAPI)
         statuses.add(401)
     if calls & ROLE_CHECKS:
         statuses.add(403)
+    if calls & RATE_LIMITS:
+        statuses.add(429)
     if "requestBody" in operation:
         statuses |= {400, 413, 422}
     if operation.get("parameters"):
@@ -188,6 +213,11 @@ def _declare(operation: OpenAPI, generic: set[int]) -> None:
         response["content"] = {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": PROBLEM_REF}}}
         if status in _HEADERS:
             response["headers"] = copy.deepcopy(_HEADERS[status])  # no YAML aliases
+    if 429 in generic:
+        for response in responses.values():
+            response.setdefault("headers", {}).update(
+                {name: {"$ref": f"#/components/headers/{name}"} for name in RATE_LIMIT_HEADERS}
+            )
     operation["responses"] = dict(sorted(responses.items()))
 
 

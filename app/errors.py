@@ -84,6 +84,23 @@ class Conflict(DomainError):
     slug = "conflict"
 
 
+class QuotaExceeded(DomainError):
+    """A stored amount reached its quota (history, storage, users with memory): nothing of the
+    request was written; it succeeds again once something is deleted or the quota raised."""
+
+    status = 409
+    title = "Quota exceeded"
+    slug = "quota-exceeded"
+
+
+class RequestTimeout(DomainError):
+    """The request's body did not arrive in time (REQUEST_BODY_TIMEOUT_SECONDS)."""
+
+    status = 408
+    title = "Request timeout"
+    slug = "request-timeout"
+
+
 class PreconditionFailed(DomainError):
     status = 412
     title = "Precondition failed"
@@ -111,6 +128,22 @@ class PreconditionRequired(DomainError):
     status = 428
     title = "Precondition required"
     slug = "precondition-required"
+
+
+class HeaderFieldsTooLarge(DomainError):
+    """Too many request header fields, or too many bytes of them (RFC 6585 §5)."""
+
+    status = 431
+    title = "Request header fields too large"
+    slug = "header-fields-too-large"
+
+
+class TooManyRequests(DomainError):
+    """Over a rate limit or a concurrency limit: retry after `Retry-After` seconds."""
+
+    status = 429
+    title = "Too many requests"
+    slug = "rate-limited"
 
 
 class ServiceUnavailable(DomainError):

@@ -72,6 +72,16 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatUsage:
+    """What the server billed for one answered completion, as it reported it: the model it says
+    answered and the `usage` block's prompt and completion tokens (0 where it sent none)."""
+
+    model: str
+    tokens_in: int
+    tokens_out: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChatResult:
     """The answer text and its accounting. `model` is the model the server says answered."""
 
@@ -80,6 +90,10 @@ class ChatResult:
     tokens_in: int
     tokens_out: int
     finish_reason: str | None
+
+    @property
+    def usage(self) -> ChatUsage:
+        return ChatUsage(self.model, self.tokens_in, self.tokens_out)
 
 
 class ChatModel(Protocol):
@@ -97,7 +111,9 @@ class ModelError(Exception):
     `retryable` tells the job queue whether the same request may succeed later;
     `retry_after_seconds` is the server's requested delay when it gave one; `error_class` is a
     short stable name for job records and metrics; `operator_message` is the fixed sentence a
-    job record shows for the failure (the instance's `message` carries the details).
+    job record shows for the failure (the instance's `message` carries the details). `usage` is
+    set when the server did answer with a completion (cut off, refused, or unreadable but with
+    a `usage` block): that call was billed, and metering counts it.
     """
 
     error_class: ClassVar[str] = "model_error"
@@ -115,6 +131,7 @@ class ModelError(Exception):
         self.message = message
         self.status_code = status_code
         self.retry_after_seconds = retry_after_seconds
+        self.usage: ChatUsage | None = None
 
 
 class ModelTimeout(ModelError):
@@ -330,47 +347,64 @@ def _chat_result(completion: object, request: ChatRequest) -> ChatResult:
     """Read the first choice defensively: non-strict SDK parsing accepts any JSON shape."""
     if not isinstance(completion, ChatCompletion):  # a non-JSON content type arrives as str
         raise _invalid_response(request.model)
+    billed = _billed(completion, request)
     choices = getattr(completion, "choices", None)
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Choice):
-        raise _invalid_response(request.model)
+        raise _invalid_response(request.model, billed)
     message = getattr(choices[0], "message", None)
     if not isinstance(message, ChatCompletionMessage):
-        raise _invalid_response(request.model)
+        raise _invalid_response(request.model, billed)
     finish_reason = getattr(choices[0], "finish_reason", None)
     if not isinstance(finish_reason, str):
         finish_reason = None
     refusal = getattr(message, "refusal", None)
     if (isinstance(refusal, str) and refusal) or finish_reason == "content_filter":
-        raise ModelRefused(
+        refused = ModelRefused(
             f"the language model refused the request (finish_reason {_safe(finish_reason)})"
             f"{_for_model(request.model)}"
         )
-    usage = getattr(completion, "usage", None)
+        refused.usage = billed
+        raise refused
     if finish_reason == "length":
         truncated = ModelOutputTruncated(
             f"the answer was cut off at max_output_tokens={request.max_output_tokens}"
             f"{_for_model(request.model)}"
         )
-        truncated.tokens_in = _token_count(usage, "prompt_tokens")
-        truncated.tokens_out = _token_count(usage, "completion_tokens")
+        truncated.tokens_in = billed.tokens_in
+        truncated.tokens_out = billed.tokens_out
+        truncated.usage = billed
         raise truncated
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
-        raise _invalid_response(request.model)
-    served_model = getattr(completion, "model", None)
+        raise _invalid_response(request.model, billed)
     return ChatResult(
         text=content or "",
-        model=served_model if isinstance(served_model, str) and served_model else request.model,
-        tokens_in=_token_count(usage, "prompt_tokens"),
-        tokens_out=_token_count(usage, "completion_tokens"),
+        model=billed.model,
+        tokens_in=billed.tokens_in,
+        tokens_out=billed.tokens_out,
         finish_reason=finish_reason,
     )
 
 
-def _invalid_response(model: str) -> ModelInvalidResponse:
-    return ModelInvalidResponse(
+def _billed(completion: ChatCompletion, request: ChatRequest) -> ChatUsage:
+    """The model the server says answered (else the one asked for) and its reported usage."""
+    usage = getattr(completion, "usage", None)
+    served_model = getattr(completion, "model", None)
+    return ChatUsage(
+        model=served_model if isinstance(served_model, str) and served_model else request.model,
+        tokens_in=_token_count(usage, "prompt_tokens"),
+        tokens_out=_token_count(usage, "completion_tokens"),
+    )
+
+
+def _invalid_response(model: str, billed: ChatUsage | None = None) -> ModelInvalidResponse:
+    """`billed`: a completion without usable choices still counts when it reported usage."""
+    invalid = ModelInvalidResponse(
         f"the language model server sent a body that is not a chat completion{_for_model(model)}"
     )
+    if billed is not None and (billed.tokens_in or billed.tokens_out):
+        invalid.usage = billed
+    return invalid
 
 
 def _token_count(usage: object, field: str) -> int:

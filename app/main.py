@@ -28,7 +28,12 @@ from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
 from app.jwks import KeyStore
-from app.limits import BodySizeLimitMiddleware, StreamedLimit
+from app.limits import (
+    BodySizeLimitMiddleware,
+    BodyTimeoutMiddleware,
+    HeaderLimitMiddleware,
+    StreamedLimit,
+)
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
 from app.observability import Metrics, RequestContextMiddleware
@@ -36,11 +41,16 @@ from app.portability import router as portability_router
 from app.profiles import router as profiles_router
 from app.profiles.retention import memory_retention_steps
 from app.profiles.versions import VersionPolicy
+from app.quotas.maintenance import quota_check_step
+from app.rate_limits import router as rate_limits_router
+from app.rate_limits import service as rate_limits_service
 from app.tokens import TokenCounters
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
 from app.ui import router as ui_router
+from app.usage import router as usage_router
+from app.usage.meter import UsageMeter
 
 API_DESCRIPTION = """
 Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
@@ -62,14 +72,29 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.database = database
     # the one tiktoken wrapper: loads the offline encoding now, not at the first request
     app.state.tokens = TokenCounters()
+    # turns saved and contexts served, counted in memory, written every USAGE_FLUSH_SECONDS
+    meter = UsageMeter(
+        database,
+        settings.usage_flush_seconds,
+        on_flush_failure=app.state.metrics.usage_flush_failures.inc,
+    )
+    app.state.usage_meter = meter
     verifier: TokenVerifier = app.state.token_verifier
     worker: BackgroundWorker | None = None
+    overrides: asyncio.Task[None] | None = None
     try:
+        meter.start()
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
+        overrides = asyncio.create_task(
+            rate_limits_service.keep_overrides_fresh(
+                database.engine, app.state.rate_limiter, settings.rate_limit_refresh_seconds
+            )
+        )
         policy = VersionPolicy(
             app.state.tokens.stored,
             settings.memory_max_versions,
             on_policy_actions=app.state.metrics.observe_memory_policy_actions,
+            users_with_memory_quota=settings.quota_company_users_with_memory,
         )
         if settings.worker_enabled:
             worker = BackgroundWorker(
@@ -81,16 +106,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                     prune_idempotency_keys,
                     *chat_retention_steps(settings.chat_retention_days),
                     *memory_retention_steps(policy, app.state.metrics),
+                    quota_check_step(
+                        user_history_messages=settings.quota_user_history_messages,
+                        company_storage_bytes=settings.quota_company_storage_bytes,
+                        interval_seconds=settings.quota_check_interval_seconds,
+                    ),
                 ),
             )
             worker.start()
         mcp: McpEndpoint = app.state.mcp
-        async with mcp.running(database, policy):
+        async with mcp.running(database, policy, app.state.rate_limiter):
             _freeze_startup_objects()
             yield
     finally:
+        if overrides is not None:
+            overrides.cancel()
+            await asyncio.gather(overrides, return_exceptions=True)
         if worker is not None:
             await worker.stop()
+        await meter.stop()  # the counts since the last flush
         await verifier.keys.close()
         await database.dispose()
         if embedded is not None:
@@ -127,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         on_role_dropped=metrics.observe_role_dropped,
     )
     app.state.head_revision = head_revision()
+    app.state.rate_limiter = rate_limits_service.limiter_for(settings)
 
     install_error_handlers(app)
     install_contract(
@@ -148,6 +183,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         streamed=[StreamedLimit(portability_router.COMPANY_IMPORT, settings.import_max_bytes)],
     )
+    app.add_middleware(
+        BodyTimeoutMiddleware,
+        seconds=settings.request_body_timeout_seconds,
+        streamed=[portability_router.COMPANY_IMPORT],
+    )
+    app.add_middleware(
+        HeaderLimitMiddleware,
+        max_count=settings.max_request_headers,
+        max_bytes=settings.max_request_header_bytes,
+    )
     app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
 
     # The two calls of every chat turn are routes of the app itself, tried first: through
@@ -158,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth.router)
     app.include_router(erasure_router.router)
     app.include_router(enablement_router.router)
+    app.include_router(rate_limits_router.router)
     app.include_router(profiles_router.settings_router)
     app.include_router(folders_router.router)
     app.include_router(profiles_router.router)
@@ -165,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(explicit_router.router)
     app.include_router(conversations_router.router)
     app.include_router(portability_router.router)
+    app.include_router(usage_router.router)
     discovery = ResourceDiscovery(settings, MCP_PATH)
     app.state.mcp = McpEndpoint(discovery)
     app.router.routes.append(mcp_route(app.state.mcp))

@@ -6,6 +6,9 @@ from app.enablement import models as enablement_models
 from app.folders import models as folder_models
 from app.jobs import models as job_models
 from app.profiles import models as profile_models
+from app.quotas import models as quota_models
+from app.rate_limits import models as rate_limit_models
+from app.usage import models as usage_models
 
 metadata = Base.metadata
 
@@ -16,4 +19,7 @@ __all__ = [
     "job_models",
     "metadata",
     "profile_models",
+    "quota_models",
+    "rate_limit_models",
+    "usage_models",
 ]

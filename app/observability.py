@@ -18,6 +18,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+RATE_LIMIT_HEADERS_KEY = "context_memory.rate_limit_headers"
+"""The ASGI scope key under which a rate-limited route leaves its `RateLimit-Policy` and
+`RateLimit` header fields, added to its answer by `RequestContextMiddleware`."""
 
 
 def current_request_id() -> str | None:
@@ -131,6 +134,12 @@ class Metrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.rate_limited = Counter(
+            "rate_limited_requests_total",
+            "Requests refused (429) by a rate limit, by the limit that refused them",
+            ["policy"],
+            registry=self.registry,
+        )
         self.jwks_fetches = Counter(
             "auth_jwks_fetches_total",
             "JWKS fetches of the trusted issuers, by issuer and outcome (ok, error)",
@@ -238,6 +247,26 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.model_budget_used_ratio = Gauge(
+            "model_budget_used_ratio",
+            "Share of the company's monthly model token budget used this month (1 and more: "
+            "spent), as the worker last read it; companies with a budget only",
+            ["company_id"],
+            registry=self.registry,
+        )
+        self.model_budget_threshold_crossed = Counter(
+            "model_budget_threshold_crossed_total",
+            "Companies whose monthly model budget use crossed a threshold (0.8, 1.0): once per "
+            "company and month across all processes",
+            ["threshold"],
+            registry=self.registry,
+        )
+        self.usage_flush_failures = Counter(
+            "usage_flush_failures_total",
+            "Flushes of the in-memory usage counts (turns saved, contexts served) the database "
+            "refused; the counts are kept for the next flush",
+            registry=self.registry,
+        )
 
     def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
         self.jwks_fetches.labels(issuer, outcome).inc()
@@ -252,6 +281,9 @@ class Metrics:
 
 ErrorRenderer = Callable[[BaseException], Awaitable[Message | None]]
 access_logger = logging.getLogger("app.access")
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged and counted for a request whose client went away before it was answered
+(nginx's convention; never sent)."""
 
 
 class RequestContextMiddleware:
@@ -259,6 +291,10 @@ class RequestContextMiddleware:
 
     Unexpected exceptions are rendered here (not by Starlette's outermost error middleware) so
     that even a 500 or a 503 carries the request id header and is counted in the metrics.
+
+    A client that disconnects before its answer began (mid-body, say) is counted and logged as
+    499, and whatever the app raised for want of the body is not an error of the service: no
+    500, no traceback, no answer (nobody would read it).
     """
 
     def __init__(
@@ -283,6 +319,14 @@ class RequestContextMiddleware:
         started = time.perf_counter()
         status = 500
         response_started = False
+        client_gone = False
+
+        async def receive_watched() -> Message:
+            nonlocal client_gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and not response_started:
+                client_gone = True
+            return message
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, response_started
@@ -291,17 +335,24 @@ class RequestContextMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
+                # a rate-limited route's state (`app.rate_limits.dependency`), on any answer
+                headers.extend(scope.get(RATE_LIMIT_HEADERS_KEY, ()))
                 message = {**message, "headers": headers}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watched, send_with_id)
         except Exception as exc:
-            if response_started:
+            if client_gone:
+                pass  # the app failed on the body that never came: nobody is left to answer
+            elif response_started:
                 raise
-            response = await self.render_error(exc)
-            await response(scope, receive, send_with_id)
+            else:
+                response = await self.render_error(exc)
+                await response(scope, receive, send_with_id)
         finally:
+            if client_gone:
+                status = CLIENT_CLOSED_REQUEST
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             elapsed = time.perf_counter() - started

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.conversations import repository as history
 from app.enablement.repository import enablement_params
 from app.folders.acl import user_folder_path
+from app.jobs.enqueue import waiting_params
 from app.turns import repository as turns
 
 
@@ -78,11 +79,12 @@ async def hot_plans(dsn: str, company: str, user: str, chat: str, space: str) ->
             )
 
         key = f"explain-{uuid.uuid4()}"
-        params = enablement_params(company, user, space) | {
-            "folder_path": user_folder_path(user),
-            "idempotency_key": key,
-        }
-        sql, names = turns._TURN_SETTINGS
+        params = (
+            enablement_params(company, user, space)
+            | {"folder_path": user_folder_path(user), "idempotency_key": key}
+            | waiting_params("consolidation", 20, 25)  # the default quota of waiting jobs
+        )
+        sql, names = turns._TURN_SETTINGS_WITH_WAITING
         for kind in ("", ", generic plan", ", no seqscan"):
             plans.append(
                 await explain(
@@ -116,7 +118,7 @@ async def hot_plans(dsn: str, company: str, user: str, chat: str, space: str) ->
             "response_body": b"{}",
             "ttl_hours": 24,
         }
-        sql, names = turns._TURN_WRITE[(True, True)]
+        sql, names = turns._TURN_WRITE[(turns.NEW_JOB, True)]
         for kind in ("", ", no seqscan"):
             transaction = conn.transaction()
             await transaction.start()

@@ -356,6 +356,17 @@ def stop_server(server: Server) -> None:
         server.process.wait(timeout=10)
 
 
+# The rate limits: "ours" checks every request against them, at limits the load never reaches
+# (it would measure 429s otherwise: wrk sends thousands a second to one company). The quota of
+# waiting jobs keeps its default (20): no worker drains the queue here, so past a user's 20th
+# turn every turn is coalesced into a waiting job (the worst case; "no-job-quota" is without).
+RATE_LIMIT_SETTINGS = tuple(
+    f"RATE_LIMIT_{route_class}_{scope}"
+    for route_class in ("CONTEXT", "TURNS", "CONSOLIDATIONS", "EXPORTS", "MEMORY_WRITES")
+    for scope in ("USER", "COMPANY")
+)
+NEVER_REACHED = "10000000/1"
+
 # Instances of our service: "ours" runs with the app's default settings, the others with these
 # on top (the app's own settings, read from the environment).
 VARIANTS: dict[str, dict[str, str]] = {
@@ -370,6 +381,13 @@ VARIANTS: dict[str, dict[str, str]] = {
     "hot-pool-48": {"DB_HOT_POOL_SIZE": "48"},
     # every request verifies its token's signature again
     "no-token-cache": {"JWT_CACHE_SIZE": "0"},
+    # no rate limit at all: "ours" minus the limiter's work, to measure what the limits cost
+    "no-rate-limits": dict.fromkeys(RATE_LIMIT_SETTINGS, "off"),
+    # no quota of waiting jobs per user: every turn queues a job of its own, as before quotas
+    "no-job-quota": {"QUOTA_USER_QUEUED_JOBS": "0"},
+    # a quota of waiting jobs the bench never reaches: every turn-save counts the user's
+    # waiting jobs (all of them, a backlog of dozens here) and queues a job of its own
+    "job-quota-unreached": {"QUOTA_USER_QUEUED_JOBS": "10000"},
 }
 # Inherited from the caller's environment, these would change what "ours" means.
 _POOL_SETTINGS = (
@@ -392,6 +410,7 @@ def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> d
             "WORKER_ENABLED": "false",
             "LOG_LEVEL": "WARNING",
         }
+        | dict.fromkeys(RATE_LIMIT_SETTINGS, NEVER_REACHED)
         | VARIANTS[variant]
     )
     env.pop("BENCH_CPROFILE", None)

@@ -4,7 +4,7 @@ The measured worker of bench/worker_bench.py is a child process, out of reach of
 events; this runs the same `Worker` and pipeline (offline engine, the app's default settings but
 WORKER_CONCURRENCY) inside the harness, on its own engine, and counts every statement it executes
 (`before_cursor_execute`; BEGIN and COMMIT are not cursor executions with asyncpg). Two kinds are
-counted apart: the claim's search for the oldest claimable owner and its advisory-lock attempt,
+counted apart: the claim's search for the next owner in fair order and its advisory-lock attempt,
 which repeat when concurrent slots race for the same owner.
 """
 
@@ -35,7 +35,7 @@ OTHER = "other"
 
 
 def statement_kind(statement: str) -> str:
-    if " ".join(statement.split()).startswith("SELECT jobs.company_id, jobs.user_id FROM jobs"):
+    if " ".join(statement.split()).startswith("WITH RECURSIVE pending_companies"):
         return OWNER_QUERY
     if "pg_try_advisory_xact_lock" in statement:
         return OWNER_LOCK

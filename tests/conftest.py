@@ -84,6 +84,9 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     url: str = request.getfixturevalue("database_url")
     tables = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
     await admin_execute(url, f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+    if "app" in request.fixturenames:  # the shared app's rate-limit buckets start full again
+        application: FastAPI = request.getfixturevalue("app")
+        application.state.rate_limiter.reset()
 
 
 @pytest.fixture

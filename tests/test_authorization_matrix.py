@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -156,6 +157,22 @@ async def _memory_policy(_: Context) -> Call:
     return Call(body=memory_policy_body())
 
 
+async def _rate_limits(_: Context) -> Call:
+    """No overrides: the defaults, which the other calls run under."""
+    return Call(body={})
+
+
+async def _usage(_: Context) -> Call:
+    """The report of the days around today, where the world's turns were counted."""
+    today = datetime.now(UTC).date()
+    return Call(params={"from": str(today - timedelta(days=1)), "to": str(today)})
+
+
+async def _model_budget(_: Context) -> Call:
+    """No budget, the default: an operator's PUT changes nothing the other calls depend on."""
+    return Call(body={"monthly_tokens": None, "when_spent": "offline"})
+
+
 async def _company_import(ctx: Context) -> Call:
     """A stream of the company of the path: the owner's, which holds data (409)."""
     flag = {
@@ -234,6 +251,9 @@ PROBES: dict[Route, Probe] = {
     ("GET", "/v1/companies/{company_id}/audit-events"): Probe(_page),
     ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"): Probe(_flag),
     ("PUT", "/v1/companies/{company_id}/memory-policy"): Probe(_memory_policy),
+    ("GET", "/v1/companies/{company_id}/usage"): Probe(_usage),
+    ("PUT", "/v1/companies/{company_id}/model-budget"): Probe(_model_budget),
+    ("PUT", "/v1/companies/{company_id}/rate-limits"): Probe(_rate_limits),
     ("PATCH", "/v1/spaces/{space_id}"): Probe(_space_patch),
     ("GET", "/v1/me/settings"): Probe(own=_statuses(200)),
     ("PATCH", "/v1/me/settings"): Probe(_my_setting, _statuses(200)),

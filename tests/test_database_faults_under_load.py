@@ -324,8 +324,9 @@ def assert_only_well_formed_unavailability(served: Served, answers: list[Answer]
 
 
 async def assert_each_ack_saved_once(served: Served, load: TurnLoad) -> None:
-    """Each key, acknowledged, is exactly one turn (with its message) and exactly one queued job
-    in the database, the ones its acknowledgement named; no turn or job without a key."""
+    """Each key, acknowledged, is exactly one turn (with its message) in exactly one queued job
+    (its own, or the one it was coalesced into) in the database, the ones its acknowledgement
+    named; no turn or job without a key."""
     acks = {ack.key: ack for ack in load.acks}
     assert len(acks) == len(load.acks)  # the load never reuses a key for another request
     conn = await asyncpg.connect(
@@ -339,9 +340,14 @@ async def assert_each_ack_saved_once(served: Served, load: TurnLoad) -> None:
             COMPANY,
             list(load.users),
         )
+        # a job's own turn, and the turns coalesced into it past the quota of waiting jobs
         jobs = await conn.fetch(
-            "SELECT id::text AS job_id, payload->>'turn_id' AS turn_id FROM jobs"
-            " WHERE company_id = $1 AND user_id = ANY($2::text[]) AND kind = 'consolidation'",
+            "SELECT j.id::text AS job_id, t.turn_id FROM jobs j, LATERAL ("
+            "  SELECT j.payload->>'turn_id' AS turn_id"
+            "  UNION ALL SELECT jsonb_array_elements_text(j.payload->'turn_ids')"
+            "  WHERE jsonb_typeof(j.payload->'turn_ids') = 'array') t"
+            " WHERE j.company_id = $1 AND j.user_id = ANY($2::text[])"
+            " AND j.kind = 'consolidation' AND t.turn_id IS NOT NULL",
             COMPANY,
             list(load.users),
         )

@@ -27,7 +27,7 @@ from app.config import PROJECT_ROOT, Settings
 from app.main import create_app
 from app.mcp_server.tools import PROFILE_URI
 from app.profiles.document import Section
-from tests.helpers.apps import SPACE, AuthFactory, TokenFactory
+from tests.helpers.apps import OPERATOR, SPACE, AuthFactory, TokenFactory
 from tests.helpers.profiles import memory_md
 from tests.helpers.serving import served
 from tests.helpers.settings import enable_company
@@ -344,3 +344,35 @@ async def test_the_documented_python_example_runs(
 def test_the_readme_points_at_the_page() -> None:
     assert "docs/mcp.md" in (PROJECT_ROOT / "README.md").read_text()
     assert Path(DOC).is_file()
+
+
+async def test_edits_count_against_the_memory_write_rate_limit_as_rest_writes_do(
+    base_url: str, mcp_url: str, make_token: TokenFactory, auth: AuthFactory
+) -> None:
+    limits = {"memory_writes": {"user": {"quota": 2, "window_seconds": 3600}}}
+    async with (
+        httpx.AsyncClient(base_url=base_url) as rest,
+        connect(mcp_url, bearer(make_token("rlimit-ruth"))) as mcp,
+    ):
+        # on the served app, whose limiter it updates at once (users no other test uses: the
+        # served app's buckets live as long as this module)
+        response = await rest.put(
+            "/v1/companies/acme/rate-limits",
+            json=limits,
+            headers=auth("olga", "platform", OPERATOR),
+        )
+        assert response.status_code == 200, response.text
+        await call(mcp, "edit_memory", content=profile("heron", 1), expected_version=None)
+        over_http = await rest.put(
+            "/v1/me/memory",
+            json={"content": profile("heron", 2)},
+            headers=auth("rlimit-ruth") | {"If-Match": '"1"'},
+        )
+        assert over_http.status_code == 200, over_http.text
+        reason = await refusal(mcp, "edit_memory", content=profile("heron", 3), expected_version=2)
+        assert "rate limit of memory writes; nothing was written" in reason
+        assert (await call(mcp, "read_memory"))["version"] == 2
+    async with connect(
+        mcp_url, bearer(make_token("rlimit-sam"))
+    ) as mcp:  # another user's own limit
+        await call(mcp, "edit_memory", content=profile("ibis", 1), expected_version=None)

@@ -23,6 +23,8 @@ ORDER: list[Operation] = [
     ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"),
     ("POST", "/v1/companies/{company_id}/import"),
     ("PUT", "/v1/companies/{company_id}/memory-policy"),
+    ("PUT", "/v1/companies/{company_id}/model-budget"),
+    ("PUT", "/v1/companies/{company_id}/rate-limits"),
     ("PATCH", "/v1/spaces/{space_id}"),
     ("PATCH", "/v1/me/settings"),
     ("PUT", "/v1/me/memory"),

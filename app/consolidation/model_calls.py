@@ -5,7 +5,7 @@ each model failure becomes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
@@ -36,6 +36,7 @@ from app.llm import (
     ChatModel,
     ChatRequest,
     ChatResult,
+    ChatUsage,
     ModelError,
     ModelOutputTruncated,
     resolve_model_name,
@@ -60,14 +61,27 @@ _OVERSIZED_MESSAGE: Final = (
 )
 
 
+AnswerHook = Callable[[CallKind, ChatUsage], Awaitable[None]]
+"""Told of every completion the provider answered, right after the call (usage metering)."""
+
+
 @dataclass
 class Usage:
-    """Tokens spent on the model calls of one run, and the model that answered last."""
+    """Tokens spent on the model calls of one run, and the model that answered last.
+
+    `on_answer` is told of each answered call, whatever becomes of its answer; `offline` says
+    the run was decided by the offline engine because the company's model budget was spent."""
 
     tokens_in: int = 0
     tokens_out: int = 0
     model: str | None = None
     calls: list[str] = field(default_factory=list)
+    on_answer: AnswerHook | None = None
+    offline: bool = False
+
+    async def answered(self, kind: CallKind, billed: ChatUsage | None) -> None:
+        if billed is not None and self.on_answer is not None:
+            await self.on_answer(kind, billed)
 
 
 def answer_size(
@@ -234,18 +248,24 @@ class ModelCalls:
     async def _ask(self, kind: CallKind, request: ChatRequest, usage: Usage) -> ChatResult:
         """One request; an answer far past its output limit fails the jobs
         (`oversized_model_output`) before it is read. Failed calls are counted here
-        (`truncated`, `error`), answered ones by the caller once it has read the answer."""
+        (`truncated`, `error`), answered ones by the caller once it has read the answer.
+
+        Every completion the provider answered, cut off or refused included, is passed to
+        `usage.answered` before anything else is done with it."""
         max_tokens = request.max_output_tokens
         self.metrics.model_output_limit_tokens.labels(kind).inc(max_tokens)
         try:
             result = await self.chat_model.complete(request)
         except ModelOutputTruncated as error:
+            await usage.answered(kind, error.usage)
             self._count(kind, "truncated")
             self._spent(kind, usage, error.tokens_in, error.tokens_out)
             raise
-        except ModelError:
+        except ModelError as error:
+            await usage.answered(kind, error.usage)
             self._count(kind, "error")
             raise
+        await usage.answered(kind, result.usage)
         self._spent(kind, usage, result.tokens_in, result.tokens_out)
         if len(result.text) > max_tokens * MAX_CHARS_PER_OUTPUT_TOKEN:
             self._count(kind, "invalid")

@@ -6,33 +6,52 @@ check them against the change guard and fit the result to the space's budget (`s
 write the version and complete the jobs in one transaction (compare-and-set on the version
 read). When the profile moved meanwhile, run again on the new head (rebase). Failures leave the
 profile untouched and become typed `JobFailure`s. The worker that runs it lives in `runner`.
+
+Metering and the model budget (`app.usage`): before each decision that would call the model,
+one read of the company's budget and month's spend; once it is spent, the decision is the
+offline engine's (`offline`) or the claim goes back to the queue until the next month
+(`defer`). Every answered model call is recorded right after it; each finished run counts its
+outcome in the transaction that finishes it (a failed one, in a transaction of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION
-from app.consolidation.model_calls import INVALID_OUTPUT, ModelCalls, Usage, model_failure
+from app.consolidation.model_calls import (
+    INVALID_OUTPUT,
+    AnswerHook,
+    CallKind,
+    ModelCalls,
+    Usage,
+    model_failure,
+)
 from app.consolidation.prefilter import prefilter
 from app.consolidation.rules import consolidate_with_rules
 from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
 from app.db import Database
 from app.errors import NotFound
-from app.jobs.lifecycle import complete_jobs
+from app.jobs.lifecycle import complete_jobs, defer_jobs
 from app.jobs.queue import ClaimedJob, JobOutcome
 from app.jobs.worker import JobFailure, JobHandler
-from app.llm import ChatModel, ModelError
+from app.llm import ChatModel, ChatUsage, ModelError
 from app.observability import Metrics
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
 from app.profiles.service import prune_versions, save_consolidation
 from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
 from app.tokens import TokenCounters
+from app.usage import repository as usage_counts
+from app.usage.recorder import BudgetWatch, UsageRecorder
 
 logger = logging.getLogger("app.consolidation")
 
@@ -40,6 +59,8 @@ MAX_REBASES: Final = 3
 RULES_ENGINE: Final = "offline-rules"
 """Recorded as the model of versions written by the offline rule-based consolidator."""
 LEASE_LOST: Final = "lease_lost"
+DEFERRED: Final = "deferred"
+"""The outcome of a claim put back until the company's model budget renews."""
 
 CHANGE_GUARD: Final = "change_guard"
 VERSION_CONFLICT: Final = "version_conflict"
@@ -55,6 +76,18 @@ _CONFLICT_MESSAGE: Final = "The memory kept changing during consolidation; it wi
 
 class _LeaseLost(Exception):
     """Raised inside the write transaction to roll it back: the claim is no longer ours."""
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """How a decision is made: with the model (`model_calls`) or by the offline rules."""
+
+    model_calls: ModelCalls | None
+    size_control: SizeControl
+
+    @property
+    def offline(self) -> bool:
+        return self.model_calls is None
 
 
 def make_consolidation_handler(
@@ -83,26 +116,50 @@ class ConsolidationPipeline:
         self.settings = settings
         self.metrics = metrics
         self.tokens = tokens
+        self.recorder = UsageRecorder(database)
+        self.budget = BudgetWatch(database, metrics)
         self.policy = VersionPolicy(
             tokens.stored,
             settings.memory_max_versions,
             on_policy_actions=metrics.observe_memory_policy_actions,
         )
         self.clock = self.policy.clock
-        self.model_calls = (
-            None
-            if chat_model is None
-            else ModelCalls(chat_model, settings, metrics, tokens, clock=self.clock)
-        )
-        self.size_control = SizeControl(self.model_calls, metrics, tokens)
+        self.offline = _Engine(None, SizeControl(None, metrics, tokens))
+        if chat_model is None:
+            self.engine = self.offline
+        else:
+            model_calls = ModelCalls(chat_model, settings, metrics, tokens, clock=self.clock)
+            self.engine = _Engine(model_calls, SizeControl(model_calls, metrics, tokens))
 
     async def run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
-        """Consolidate the claim; returns `noop`, `updated` or `lease_lost` after committing.
+        """Consolidate the claim; returns `noop`, `updated`, `deferred` or `lease_lost` after
+        committing. A run that fails is counted (`consolidations_failed`) before it raises."""
+        try:
+            return await self._run(claimed, lease_lost)
+        except Exception:
+            await self.recorder.count(
+                claimed.company_id, self.clock().date(), "consolidations_failed"
+            )
+            raise
 
-        Rebases at most `MAX_REBASES` times; then the jobs fail retryably (`version_conflict`).
+    async def _run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
+        """Rebases at most `MAX_REBASES` times; then the jobs fail retryably (`version_conflict`).
+
+        The budget is read before each decision that would call the model, so a company goes
+        past its budget by at most the calls of decisions already past that read (one
+        decision: the gate, the update call and its one retry on a cut-off answer, and a
+        condensation), in each run in flight.
         """
         for attempt in range(MAX_REBASES + 1):
-            usage = Usage()
+            engine, status = self.engine, None
+            if not engine.offline:
+                status = await self.budget.check(claimed.company_id, self.clock().date())
+            usage = Usage(on_answer=self._metering(claimed.company_id, status is not None))
+            if status is not None and status.exhausted:
+                if status.budget.when_spent == "defer":
+                    return await self._defer(claimed, status.period.end_instant)
+                engine, usage.offline = self.offline, True
+                usage.calls.append("budget=spent")
             try:
                 snapshot = await read_snapshot(self.database, claimed, self.settings.llm_model)
             except NotFound:  # the memory was deleted (opt-out) after the job was queued
@@ -110,7 +167,7 @@ class ConsolidationPipeline:
             if snapshot is None:
                 return await self._finish_noop(claimed, usage, "memory off or turns gone")
             try:
-                change = await self._decide(claimed, snapshot, usage)
+                change = await self._decide(claimed, snapshot, usage, engine)
             except ModelError as error:
                 raise model_failure(error) from None
             if change is None:
@@ -118,7 +175,7 @@ class ConsolidationPipeline:
             if lease_lost.is_set():
                 return LEASE_LOST
             try:
-                return await self._write(claimed, snapshot, change, usage)
+                return await self._write(claimed, snapshot, change, usage, engine)
             except VersionConflict:
                 if attempt == MAX_REBASES:
                     break
@@ -128,16 +185,65 @@ class ConsolidationPipeline:
                 return await self._finish_noop(claimed, usage, "memory gone")
         raise JobFailure(VERSION_CONFLICT, _CONFLICT_MESSAGE, retryable=True)
 
+    # --- metering and the budget ---------------------------------------------------------------
+
+    def _metering(self, company_id: str, budgeted: bool) -> AnswerHook:
+        """Records each answered call of the company's run, right after it (its own
+        transaction); then, when the company has a budget, lets the budget watch see the new
+        spend (gauge and alerts)."""
+
+        async def answered(kind: CallKind, billed: ChatUsage) -> None:
+            day = self.clock().date()
+            await self.recorder.model_call(company_id, day, kind, billed)
+            if not budgeted:
+                return
+            try:
+                await self.budget.check(company_id, day)
+            except Exception:  # the alert is checked again before the next decision
+                logger.warning("model budget check failed after a model call", exc_info=True)
+
+        return answered
+
+    async def _defer(self, claimed: ClaimedJob, run_after: datetime) -> str:
+        """The company's budget is spent and it chose `defer`: the claim goes back to the
+        queue, to run when the next period starts; its attempt does not count."""
+        try:
+            async with self.database.sessionmaker() as session, session.begin():
+                if not await defer_jobs(session, claimed, run_after):
+                    raise _LeaseLost
+                await self._count(session, claimed, DEFERRED)
+        except _LeaseLost:
+            return LEASE_LOST
+        logger.info(
+            "consolidation deferred until %s: the company's model budget is spent",
+            run_after.isoformat(),
+            extra={"job_id": _job_ids(claimed), "outcome": DEFERRED},
+        )
+        return DEFERRED
+
+    async def _count(
+        self, session: AsyncSession, claimed: ClaimedJob, outcome: str, *, offline: bool = False
+    ) -> None:
+        """The run's outcome in the company's day, in the transaction that finishes it."""
+        company_id, day = claimed.company_id, self.clock().date()
+        counts = {(company_id, day, f"consolidations_{outcome}"): 1}
+        if offline:
+            counts[(company_id, day, "consolidations_offline")] = 1
+        await usage_counts.add_counts(session, counts)
+
     # --- decide (no transaction open) ----------------------------------------------------------
 
-    async def _decide(self, claimed: ClaimedJob, snapshot: Snapshot, usage: Usage) -> Change | None:
+    async def _decide(
+        self, claimed: ClaimedJob, snapshot: Snapshot, usage: Usage, engine: _Engine
+    ) -> Change | None:
         now = self.clock()
+        size_control = engine.size_control
         if claimed.kind == CONDENSATION:
-            if self.size_control.fits(snapshot.profile, snapshot):
+            if size_control.fits(snapshot.profile, snapshot):
                 return None
             unfitted = Change(snapshot.profile, (), "condensation")
-            return await self.size_control.fit(snapshot, unfitted, usage)
-        operations, forget_requested = await self._operations(snapshot, usage)
+            return await size_control.fit(snapshot, unfitted, usage)
+        operations, forget_requested = await self._operations(snapshot, usage, engine)
         if not operations:
             return None
         try:
@@ -152,9 +258,11 @@ class ConsolidationPipeline:
         except TooManyDeletions:
             raise JobFailure(CHANGE_GUARD, _CHANGE_GUARD_MESSAGE, retryable=False) from None
         unfitted = Change(updated, tuple(operations), "consolidation")
-        return await self.size_control.fit(snapshot, unfitted, usage)
+        return await size_control.fit(snapshot, unfitted, usage)
 
-    async def _operations(self, snapshot: Snapshot, usage: Usage) -> tuple[list[Operation], bool]:
+    async def _operations(
+        self, snapshot: Snapshot, usage: Usage, engine: _Engine
+    ) -> tuple[list[Operation], bool]:
         """The operations for the exchanges and whether the user asked to forget something.
 
         Whether the user asked to forget is always read by the offline engine's parser (a
@@ -163,7 +271,7 @@ class ConsolidationPipeline:
         made: none, the operations call alone, or the gate first.
         """
         rules = consolidate_with_rules(snapshot.profile, snapshot.exchanges)
-        if self.model_calls is None:
+        if engine.model_calls is None:
             usage.calls.append(f"rules={rules.decision}")
             return list(rules.operations), rules.forget_requested
         gate = self.settings.consolidation_gate
@@ -175,17 +283,18 @@ class ConsolidationPipeline:
                 usage.calls.append("prefilter=NOOP")
                 return [], rules.forget_requested
             gate = gate and decision == "gate"
-        operations = await self.model_calls.operations(snapshot, usage, gate=gate)
+        operations = await engine.model_calls.operations(snapshot, usage, gate=gate)
         return operations, rules.forget_requested
 
     # --- write ---------------------------------------------------------------------------------
 
     async def _write(
-        self, claimed: ClaimedJob, snapshot: Snapshot, change: Change, usage: Usage
+        self, claimed: ClaimedJob, snapshot: Snapshot, change: Change, usage: Usage, engine: _Engine
     ) -> str:
-        """One transaction: the compare-and-set version write, retention, the jobs' completion."""
+        """One transaction: the compare-and-set version write, retention, the jobs' completion
+        and the run's count."""
         head = ExpectedHead(claimed.company_id, claimed.user_id, snapshot.version)
-        source = self._source(claimed, snapshot, change, usage)
+        source = self._source(claimed, snapshot, change, usage, engine)
         try:
             async with self.database.sessionmaker() as session, session.begin():
                 row = await save_consolidation(session, head, change.profile, source, self.policy)
@@ -195,6 +304,7 @@ class ConsolidationPipeline:
                 outcome: JobOutcome = "noop" if row is None else "updated"
                 if not await complete_jobs(session, claimed, outcome=outcome, version=version):
                     raise _LeaseLost
+                await self._count(session, claimed, outcome, offline=usage.offline)
         except _LeaseLost:
             return LEASE_LOST
         self.metrics.consolidations.labels(outcome).inc()
@@ -216,11 +326,16 @@ class ConsolidationPipeline:
         return outcome
 
     def _source(
-        self, claimed: ClaimedJob, snapshot: Snapshot, change: Change, usage: Usage
+        self,
+        claimed: ClaimedJob,
+        snapshot: Snapshot,
+        change: Change,
+        usage: Usage,
+        engine: _Engine,
     ) -> VersionSource:
         """The provenance stored with the version: the offline engine names itself as the
         model and spends no tokens; the newest job of the claim wrote it."""
-        offline = self.model_calls is None
+        offline = engine.offline
         return VersionSource(
             reason=change.reason,
             operations=change.operations,
@@ -236,6 +351,7 @@ class ConsolidationPipeline:
             async with self.database.sessionmaker() as session, session.begin():
                 if not await complete_jobs(session, claimed, outcome="noop", version=None):
                     raise _LeaseLost
+                await self._count(session, claimed, "noop", offline=usage.offline)
         except _LeaseLost:
             return LEASE_LOST
         self.metrics.consolidations.labels("noop").inc()

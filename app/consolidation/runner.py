@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from app.config import Settings
 from app.consolidation.kinds import COALESCING, KINDS
-from app.consolidation.pipeline import make_consolidation_handler
+from app.consolidation.pipeline import ConsolidationPipeline
 from app.db import Database
 from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.llm import create_chat_model
@@ -38,8 +38,8 @@ class BackgroundWorker:
 
     Started by the lifespan of `serve` (when `WORKER_ENABLED`) and of `python -m app worker`,
     which hand in the other domains' `maintenance` steps. `stop()` stops claiming, lets running
-    jobs finish within the worker's grace period (the rest are released to the queue), then
-    closes the model client.
+    jobs finish within the worker's grace period (the rest are released to the queue), writes
+    any usage the database refused earlier, then closes the model client.
     """
 
     def __init__(
@@ -52,10 +52,12 @@ class BackgroundWorker:
         maintenance: Sequence[Maintenance] = (),
     ) -> None:
         self._chat_model = create_chat_model(settings)
-        handler = make_consolidation_handler(database, settings, self._chat_model, metrics, tokens)
+        self._pipeline = ConsolidationPipeline(
+            database, settings, self._chat_model, metrics, tokens
+        )
         self.worker = Worker(
             database.engine,
-            dict.fromkeys(KINDS, handler),
+            dict.fromkeys(KINDS, self._pipeline.run),
             worker_config(settings),
             metrics,
             maintenance=maintenance,
@@ -72,6 +74,7 @@ class BackgroundWorker:
         try:
             if self._task is not None:
                 await self._task
+            await self._pipeline.recorder.flush()
         finally:
             if self._chat_model is not None:
                 await self._chat_model.aclose()

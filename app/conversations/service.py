@@ -20,7 +20,7 @@ async def list_chat_messages(
     saved turn until they delete it (or retention empties it), so a mistyped id is not mistaken
     for an empty chat, and a deleted chat reads as gone. Only an empty page costs the check.
     """
-    after = page.key("id", int) or 0
+    after = page.integer("id") or 0
     rows = await repository.list_messages(
         session, principal, chat_id, after_id=after, limit=page.limit + 1
     )

@@ -368,6 +368,6 @@ async def list_audit_events(
 ) -> Page[AuditRecord]:
     """The company's audit events, newest first, cursor-paginated by id."""
     records = await audit.select_events(
-        session, company_id, before_id=page.key("id", int), limit=page.limit + 1
+        session, company_id, before_id=page.integer("id"), limit=page.limit + 1
     )
     return page_of(records, page.limit, lambda record: {"id": record.id})

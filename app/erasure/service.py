@@ -4,11 +4,13 @@ caller, deleted in the request's one transaction.
 Deleted: the profile with its versions, the memory.md row and the folder `user-memory/<user_id>`
 with its ACL; every chat (turns and messages); every job, finished ones included; every
 idempotency record; the stored setting; the audit events about the user; the record of what
-the memory policy kept out of the user's memory (with memory.md). Anonymised (the companies'
+the memory policy kept out of the user's memory (with memory.md); the quota check's marks of
+the user (counted from their history, so not reported). Anonymised (the companies'
 records, not the user's): the audit events the user caused on company flags, spaces and memory
-policies, and `updated_by` of the flags, spaces and policies the user changed last, now naming
-`audit.ERASED_ACTOR`. "The user" there is the actor (the caller's company, the caller's id),
-both matching, in whichever company's records (an operator changes other companies' flags).
+policies, and `updated_by` of the flags, spaces, policies and rate limits the user changed
+last, now naming `audit.ERASED_ACTOR`. "The user" there is the actor (the caller's company,
+the caller's id), both matching, in whichever company's records (an operator changes other
+companies' flags).
 Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else.
 
 It first takes the user's history lock, which every turn-save holds shared while it writes: a
@@ -33,6 +35,8 @@ from app.enablement import audit
 from app.enablement.repository import anonymise_editor, delete_user_setting
 from app.jobs.repository import delete_every_user_job
 from app.profiles.switch import delete_user_memory, lock_user_memory
+from app.quotas.repository import delete_user_marks
+from app.rate_limits import repository as rate_limits_repository
 from app.turns.repository import delete_user_idempotency_keys
 
 
@@ -84,9 +88,13 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
     jobs = memory.jobs + await delete_every_user_job(session, company_id, user_id)
     history = await delete_user_history(session, company_id, user_id)
     keys = await delete_user_idempotency_keys(session, company_id, user_id)
+    await delete_user_marks(session, company_id, user_id)  # derived from the history: no count
     setting = await delete_user_setting(session, company_id, user_id)
     events = await audit.erase_user_events(session, company_id, user_id)
     edits = await anonymise_editor(session, company_id, user_id, audit.ERASED_ACTOR)
+    edits += await rate_limits_repository.anonymise_editor(
+        session, company_id, user_id, audit.ERASED_ACTOR
+    )
     erasure = Erasure(
         Deleted(
             profile=memory.profile,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, literal, select
+from sqlalchemy import and_, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -161,6 +161,26 @@ async def delete_folder(session: AsyncSession, company_id: str, path: str) -> bo
         .returning(Folder.id)
     )
     return (await session.execute(statement)).first() is not None
+
+
+async def lock_child_creation(session: AsyncSession, company_id: str) -> None:
+    """Serialise creating children of the company's root folder (user folders) until the
+    caller's transaction ends, so that a count of them read after it stays true until commit."""
+    key = f"folders.children\x1f{company_id}"
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+
+
+async def count_children(
+    session: AsyncSession, company_id: str, parent_id: uuid.UUID, *, up_to: int
+) -> int:
+    """How many folders `parent_id` holds, counted up to `up_to` (the scan stops there)."""
+    children = (
+        select(literal(1))
+        .where(Folder.company_id == company_id, Folder.parent_id == parent_id)
+        .limit(up_to)
+        .subquery()
+    )
+    return int((await session.execute(select(func.count()).select_from(children))).scalar_one())
 
 
 # --- the user's folder held by the orchestrator's turn write (app/turns) -------------------------

@@ -11,7 +11,7 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
-from app.errors import Forbidden, NotFound
+from app.errors import Forbidden, NotFound, QuotaExceeded
 from app.folders import repository
 from app.folders.acl import (
     ROOT_FOLDER,
@@ -25,6 +25,7 @@ from app.folders.acl import (
     user_folder_entries,
     user_folder_path,
 )
+from app.quotas.rule import users_with_memory_detail
 
 
 def actor_of(principal: Principal) -> Actor:
@@ -65,13 +66,17 @@ async def ensure_root_folder(session: AsyncSession, company_id: str) -> FolderNo
 
 
 async def ensure_user_folder(
-    session: AsyncSession, principal: Principal
+    session: AsyncSession, principal: Principal, *, users_with_memory_quota: int = 0
 ) -> tuple[uuid.UUID, FolderNode]:
     """The caller's private folder `user-memory/<user_id>`, created on first use.
 
     Creation goes through the ACL like any other client would: the caller needs WRITE on the root
     (granted to the Root Group), else 403. The new folder does not inherit, and only the owner
     gets READ and WRITE on it. The root is created first if it is missing.
+
+    `users_with_memory_quota` (0: none): when the company already has that many user folders,
+    none is created (`QuotaExceeded`). Exact under concurrency: creations in one company are
+    serialised by a lock held until the caller commits, and the count is read after it.
     """
     company_id, path = principal.company_id, user_folder_path(principal.user_id)
     existing = await repository.select_folder(session, company_id, path)
@@ -81,6 +86,17 @@ async def ensure_user_folder(
     root = await _ensure_root(session, company_id)
     if not may_create_child(actor_of(principal), root.node):
         raise Forbidden("You may not create a memory folder in this company.")
+    if users_with_memory_quota > 0:
+        await repository.lock_child_creation(session, company_id)
+        # read after the lock: a folder of ours committed meanwhile, and every other one
+        existing = await repository.select_folder(session, company_id, path)
+        if existing is not None:
+            return existing.id, existing.node
+        count = await repository.count_children(
+            session, company_id, root.id, up_to=users_with_memory_quota
+        )
+        if count >= users_with_memory_quota:
+            raise QuotaExceeded(users_with_memory_detail(users_with_memory_quota))
     folder_id = await repository.insert_folder(
         session, company_id, path, parent_id=root.id, inherit_access=False
     )

@@ -1,5 +1,7 @@
 """The producers' side of the queue: the kinds domains register, and queuing a job, alone or
-inside a producer's own statement (`enqueue_job_cte`), with its payload checked once."""
+inside a producer's own statement (`enqueue_job_cte`), with its payload checked once; and, for a
+producer that bounds how many jobs an owner has waiting, the count of those and appending an
+item to one of them instead (`WAITING_JOBS_JOINS`, `coalesce_job_cte`)."""
 
 from __future__ import annotations
 
@@ -73,6 +75,104 @@ def enqueue_params(job: NewJob) -> dict[str, object]:
         "job_kind": job.kind,
         "job_payload": orjson.dumps(job.payload).decode(),
         "job_max_attempts": job.max_attempts,
+    }
+
+
+# --- coalescing a producer's item into a waiting job (the producers' per-user queue quota) ----
+
+ITEMS_KEY: Final = "turn_ids"
+"""The payload list coalescing appends to. A job holds its first item under another key (a
+turn-save's `turn_id`), which `job_items` counts as well."""
+
+
+def _job_items(alias: str) -> str:
+    # `alias` is a constant of this module, never user input
+    payload = f"{alias}.payload"
+    return (
+        f"(({payload} ? 'turn_id')::int + coalesce(jsonb_array_length(CASE WHEN "
+        f"jsonb_typeof({payload} -> '{ITEMS_KEY}') = 'array' THEN {payload} -> '{ITEMS_KEY}' "
+        "END), 0))"
+    )
+
+
+WAITING_JOBS_JOINS: Final = f"""
+LEFT JOIN LATERAL (
+    SELECT count(*) AS waiting FROM (
+        SELECT 1 FROM jobs wj
+        WHERE wj.company_id = :company_id AND wj.user_id = :user_id AND wj.kind = :waiting_kind
+          AND wj.status IN ('queued', 'retrying')
+        LIMIT :waiting_quota
+    ) counted
+) waiting_jobs ON true
+LEFT JOIN LATERAL (
+    SELECT tj.id FROM jobs tj
+    WHERE waiting_jobs.waiting >= :waiting_quota AND :waiting_quota > 0
+      AND tj.company_id = :company_id AND tj.user_id = :user_id AND tj.kind = :waiting_kind
+      AND tj.status = 'queued' AND {_job_items("tj")} < :job_max_items
+    ORDER BY tj.payload ->> 'space_id' = :space_id DESC NULLS LAST, tj.created_at DESC,
+             tj.id DESC
+    LIMIT 1
+) coalesce_target ON true"""  # noqa: S608
+"""For a statement that binds :company_id, :user_id and :space_id: how many jobs of
+:waiting_kind the user has waiting (queued or retrying, counted up to :waiting_quota, over
+`ix_jobs_waiting_owner`), and, only when that reaches :waiting_quota (> 0), the newest still-queued
+one holding fewer than :job_max_items items (one of :space_id first). Their columns are
+`WAITING_JOBS_COLUMNS`; `waiting_params` binds the rest."""
+
+WAITING_JOBS_COLUMNS: Final = (
+    "waiting_jobs.waiting AS waiting_jobs, coalesce_target.id AS coalesce_job_id"
+)
+
+
+def waiting_params(kind: JobKind, quota: int, max_items: int) -> dict[str, object]:
+    """The parameters of `WAITING_JOBS_JOINS` of its own (`quota` 0: no quota)."""
+    return {"waiting_kind": kind, "waiting_quota": quota, "job_max_items": max_items}
+
+
+@dataclass(frozen=True)
+class CoalescedItem:
+    """An id appended to the waiting job `job_id`'s `turn_ids` instead of a job of its own,
+    while that job is still queued and holds fewer than `max_items` items."""
+
+    job_id: uuid.UUID
+    item: str
+    max_items: int
+
+    def __post_init__(self) -> None:
+        _check_payload({ITEMS_KEY: [self.item]})
+
+
+def coalesce_job_cte(name: str, gate: str) -> str:
+    """A `WITH` entry `name` that appends `CoalescedItem` to its job when the earlier entry
+    `gate` has a row (both constants of the composing statement, never user input), for a
+    statement that binds :company_id and :user_id; its other parameters come from
+    `coalesce_params`. It has a row when the item was appended.
+
+    An UPDATE: it waits for a claim or another append holding the row and then re-checks the
+    row as committed, so a job claimed meanwhile (no longer `queued`) or filled meanwhile is
+    left alone, and concurrent appends never lose one another."""
+    return f""", {name} AS (
+    UPDATE jobs cj
+    SET payload = jsonb_set(
+            cj.payload, '{{{ITEMS_KEY}}}',
+            coalesce(CASE WHEN jsonb_typeof(cj.payload -> '{ITEMS_KEY}') = 'array'
+                          THEN cj.payload -> '{ITEMS_KEY}' END, '[]'::jsonb)
+            || jsonb_build_array(CAST(:coalesce_item AS text))),
+        updated_at = now()
+    WHERE cj.company_id = :company_id AND cj.id = CAST(:coalesce_job_id AS uuid)
+      AND cj.user_id = :user_id AND cj.status = 'queued'
+      AND {_job_items("cj")} < :coalesce_max_items
+      AND EXISTS (SELECT FROM {gate})
+    RETURNING cj.id
+)"""  # noqa: S608
+
+
+def coalesce_params(coalesced: CoalescedItem) -> dict[str, object]:
+    """The `coalesce_job_cte` parameters of `coalesced`."""
+    return {
+        "coalesce_job_id": coalesced.job_id,
+        "coalesce_item": coalesced.item,
+        "coalesce_max_items": coalesced.max_items,
     }
 
 

@@ -1,6 +1,6 @@
 """What a worker does with a claim it holds: extend its lease, complete it in the caller's
-transaction, fail it (retry with backoff, or dead-letter), or release it on shutdown. Every
-write is fenced by the claim's lease token."""
+transaction, fail it (retry with backoff, or dead-letter), defer it to a later time, or release
+it on shutdown. Every write is fenced by the claim's lease token."""
 
 from __future__ import annotations
 
@@ -163,6 +163,50 @@ async def fail_jobs(
     if not statuses:
         return "lease_lost"
     return "retrying" if "retrying" in statuses else "dead"
+
+
+async def defer_jobs(executor: Executor, claimed: ClaimedJob, run_after: datetime) -> bool:
+    """Put the claim back, untouched, to run no earlier than `run_after` (a company's spent
+    model budget: the next period), in the caller's transaction. As `release_jobs`, the attempt
+    did not happen: `attempts` goes back down and nothing is dead-lettered or lost.
+
+    All or nothing, fenced like `complete_jobs`: False (nothing written) when any job's lease
+    was lost; the caller must then roll back.
+    """
+    held = await executor.execute(select(JOBS.c.id).where(_held(claimed)).with_for_update())
+    if len(held.all()) != len(claimed.jobs):
+        return False
+    await executor.execute(
+        update(JOBS)
+        .where(_held(claimed))
+        .values(
+            status=case((JOBS.c.attempts > 1, "retrying"), else_="queued"),
+            attempts=func.greatest(JOBS.c.attempts - 1, 0),
+            run_after=run_after,
+            lease_token=None,
+            lease_expires_at=None,
+            locked_by=None,
+            updated_at=func.now(),
+        )
+    )
+    return True
+
+
+async def bring_forward(session: AsyncSession, company_id: str, deferred_until: datetime) -> int:
+    """The company's waiting jobs that `defer_jobs` put off until `deferred_until` (or later)
+    become due now, in the caller's transaction (an operator raised the company's model
+    budget: the worker decides again). Returns how many."""
+    brought = await session.execute(
+        update(JOBS)
+        .where(
+            JOBS.c.company_id == company_id,
+            JOBS.c.status.in_(("queued", "retrying")),
+            JOBS.c.run_after >= deferred_until,
+        )
+        .values(run_after=func.now(), updated_at=func.now())
+        .returning(JOBS.c.id)
+    )
+    return len(brought.all())
 
 
 async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:

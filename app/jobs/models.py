@@ -1,4 +1,5 @@
-"""The durable job queue's table: jobs of any kind, payloads holding ids only.
+"""The durable job queue's tables: jobs of any kind, payloads holding ids only, and when the
+queue last served each company (the claim's fairness record).
 
 The kinds themselves belong to the domains that queue and handle them; the migration that made
 the table constrains `kind` to the kinds the service registers (a test holds the two together).
@@ -32,9 +33,26 @@ class Job(Base):
             postgresql_where=text("status IN ('queued', 'retrying')"),
         ),
         Index("ix_jobs_owner_status", "company_id", "user_id", "status"),
-        # the claim scans pending jobs oldest first
+        # an owner's waiting jobs of a kind: the quota's count and the coalescing target
         Index(
-            "ix_jobs_pending_created",
+            "ix_jobs_waiting_owner",
+            "company_id",
+            "user_id",
+            "kind",
+            postgresql_where=text("status IN ('queued', 'retrying')"),
+        ),
+        # the claim's check that an owner holds no live lease: running jobs only, a few rows
+        Index(
+            "ix_jobs_running_owner",
+            "company_id",
+            "user_id",
+            postgresql_where=text("status = 'running'"),
+        ),
+        # the claim walks the companies with pending jobs, then each one's pending jobs oldest
+        # first (the predicate is the claim's literal `status IN (...)`, so plans can prove it)
+        Index(
+            "ix_jobs_pending_company",
+            "company_id",
             "created_at",
             "id",
             postgresql_where=text("status IN ('queued', 'retrying', 'running')"),
@@ -62,3 +80,18 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     finished_at: Mapped[datetime | None]
+
+
+class JobCompanyClaim(Base):
+    """When a worker last claimed a job of the company: the claim serves the company served least
+    recently first (`app/jobs/queue.py`), so one company's backlog cannot starve another's.
+
+    One row per company ever served, upserted by the claim's own transaction. It holds company
+    ids and times only, nothing about any user, so erasing a user has nothing to delete here; a
+    company export leaves it out (it describes this deployment's queue, not the company's data).
+    """
+
+    __tablename__ = "job_company_claims"
+
+    company_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    last_claimed_at: Mapped[datetime]

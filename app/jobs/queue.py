@@ -1,4 +1,5 @@
-"""The durable PostgreSQL job queue: what a job is, and claiming it under a lease.
+"""The durable PostgreSQL job queue: what a job is, and claiming it under a lease, in fair order
+across companies.
 
 The queue knows jobs, not domains: a job is a `kind` (a name its producer and the worker's
 handler agree on), an owner (company_id, user_id) and a payload of ids. All SQL over the `jobs`
@@ -9,7 +10,8 @@ operator actions over stored jobs are in `repository.py`.
 Clock: every timestamp is PostgreSQL's `now()` (the start of the current transaction), so workers
 on hosts with skewed clocks agree on leases and `run_after`. Functions taking `now` use that
 instant instead (tests step time with it). `created_at` is `clock_timestamp()`, so jobs enqueued
-in one transaction keep their order.
+in one transaction keep their order, and so is the time a claim records its company as served
+(see `claim_next_job`).
 """
 
 from __future__ import annotations
@@ -18,23 +20,27 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from sqlalchemy import (
     ColumnElement,
     DateTime,
+    FromClause,
     Table,
     and_,
     exists,
     func,
     literal,
+    literal_column,
     select,
+    true,
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.jobs.models import Job
+from app.jobs.models import Job, JobCompanyClaim
 
 JobKind = str
 """The name of a kind of job; the worker runs each with the handler registered for it."""
@@ -49,6 +55,7 @@ LEASE_EXPIRED_CLASS: Final = "LeaseExpired"
 LEASE_EXPIRED_MESSAGE: Final = "The worker lost its lease on the last attempt (stopped or hung)."
 
 JOBS: Final = cast(Table, Job.__table__)
+COMPANY_CLAIMS: Final = cast(Table, JobCompanyClaim.__table__)
 LOCK_NAMESPACE: Final = "context-memory.jobs:"
 
 
@@ -98,20 +105,42 @@ class ClaimPolicy:
 async def claim_next_job(
     engine: AsyncEngine, worker_id: str, policy: ClaimPolicy, *, now: datetime | None = None
 ) -> ClaimedJob | None:
-    """Claim the oldest claimable job for `worker_id`, coalesced with its owner's waiting jobs
-    of the same kind when its kind is in `policy.coalesce`, in one short READ COMMITTED
-    transaction. None when nothing is claimable.
+    """Claim the next claimable job for `worker_id` in fair order across companies, coalesced
+    with its owner's waiting jobs of the same kind when its kind is in `policy.coalesce`, in one
+    short READ COMMITTED transaction. None when nothing is claimable.
 
     Claimable: `queued`/`retrying` with `run_after <= now`, or `running` with an expired lease
-    (its worker died). A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone
-    cannot ensure that: two workers may lock two *different* rows of one user, and neither sees
-    the other's uncommitted claim in its `NOT EXISTS` check. So a claimer first takes a
-    transaction-level advisory lock on (company_id, user_id) with `pg_try_advisory_xact_lock`
-    (never waits; a user whose lock is taken is passed over), and only then, in a *new*
-    statement, hence a new READ COMMITTED snapshot, re-checks that the user has no job running
-    under a live lease and locks their rows. Any claim that committed before our lock was
-    granted is visible to that snapshot; none can commit while we hold it. The lock is released
-    at commit, when our own `running` rows have become visible to others.
+    (its worker died).
+
+    Fair order: among the companies with a claimable job, the one served least recently (a
+    company never served first), then that company's oldest claimable job, whoever its user. The
+    claim records the company as served (`job_company_claims`) in the same transaction. So a
+    company's backlog, however deep, delays another company's job by at most one claim per
+    busy worker slot: the first claim to find the job waiting takes it, unless the backlog's
+    company was served less recently, and then the claim after it does; claims racing it (each
+    reads the order before the others commit) take at most one job of the backlog each. Two
+    companies with backlogs alternate on one slot; on several, racing claims may serve one of
+    them a few times in a row, but each keeps close to half of the claims (see `_next_owner`).
+    A claim counts once however many jobs it coalesces. The time recorded is the database's
+    `clock_timestamp()` at the claim, not `now`: fairness orders claims by when they really
+    happened, even when tests step `now`.
+
+    A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone cannot ensure that:
+    two workers may lock two *different* rows of one user, and neither sees the other's
+    uncommitted claim in its `NOT EXISTS` check. So a claimer first takes a transaction-level
+    advisory lock on (company_id, user_id) with `pg_try_advisory_xact_lock` (never waits; a user
+    whose lock is taken is passed over: the fair order is read again without them, their company
+    last), and only then, in a *new* statement, hence a new READ COMMITTED snapshot, re-checks
+    that the user has no job running under a live lease and locks their rows. Any claim that
+    committed before our lock was granted is visible to that snapshot; none can commit while we
+    hold it. The lock is released at commit, when our own `running` rows have become visible to
+    others.
+    The fair order itself is a plain read: a stale snapshot can only make two concurrent
+    claimers pick the same company, never break the per-user guarantee.
+
+    The one wait a claim may meet is on its company's `job_company_claims` row, upserted last:
+    a concurrent claim of the same company holds it until its commit. It cannot deadlock: a
+    claim touches one such row, after every lock it takes without waiting.
 
     Coalescing: a claim of a kind in `policy.coalesce` absorbs the user's other claimable jobs of
     that kind in created order, up to `policy.batch_size` jobs in all, under the same lease. A
@@ -124,12 +153,13 @@ async def claim_next_job(
         await conn.execution_options(isolation_level="READ COMMITTED")
         async with conn.begin():
             passed_over: list[tuple[str, str]] = []
-            while (owner := await _oldest_claimable_owner(conn, clock, passed_over)) is not None:
+            while (owner := await _next_owner(conn, clock, passed_over)) is not None:
                 if await _try_lock_owner(conn, *owner):
                     claimed = await _claim_for_owner(
                         conn, owner, clock=clock, worker_id=worker_id, policy=policy
                     )
                     if claimed is not None:
+                        await _record_company_served(conn, claimed.company_id)
                         return claimed
                 passed_over.append(owner)
     return None
@@ -151,29 +181,96 @@ def claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
 
 
 def _owner_has_live_lease(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
+    """A probe of `ix_jobs_running_owner`, which holds running jobs only (about one per busy
+    slot), however many jobs the owner or the company has finished."""
     live = JOBS.alias("live")
     return exists().where(
         live.c.company_id == JOBS.c.company_id,
         live.c.user_id == JOBS.c.user_id,
-        live.c.status == "running",
+        live.c.status == literal_column("'running'"),
         live.c.lease_expires_at >= clock,
     )
 
 
-async def _oldest_claimable_owner(
+def _pending(table: FromClause) -> ColumnElement[bool]:
+    """`status IN (...)` with literal values, as `ix_jobs_pending_company`'s predicate has them
+    (with bound values a generic plan could not prove that the partial index applies)."""
+    return table.c.status.in_([literal_column(f"'{status}'") for status in PENDING_STATUSES])
+
+
+async def _next_owner(
     conn: AsyncConnection, clock: ColumnElement[datetime], passed_over: Sequence[tuple[str, str]]
 ) -> tuple[str, str] | None:
-    """A plain read (no row locks): its snapshot may be stale; `_claim_for_owner` re-checks."""
-    query = (
-        select(JOBS.c.company_id, JOBS.c.user_id)
+    """The owner of the first claimable job in fair order (see `claim_next_job`).
+
+    One statement: a recursive walk of the distinct companies with pending jobs along
+    `ix_jobs_pending_company` (one index probe per company, whatever their backlogs), each
+    company's oldest claimable job whose user holds no live lease (a short ordered scan of the
+    same index), and the companies' fairness records. A plain read (no row locks): its snapshot
+    may be stale; `_claim_for_owner` re-checks.
+
+    A company whose user this claim passed over goes last: claimers that read the same
+    snapshot pick the same owner, and the ones that lose its lock learn that a concurrent claim
+    is serving that company right now. Without this, slots that finish together would keep
+    taking the same company as a pack, and two busy companies would not alternate.
+    """
+    walked = JOBS.alias("walked")
+    first = select(func.min(walked.c.company_id)).where(_pending(walked)).scalar_subquery()
+    companies = select(first.label("company_id")).cte("pending_companies", recursive=True)
+    following = JOBS.alias("following")
+    step = (
+        select(func.min(following.c.company_id))
+        .where(_pending(following), following.c.company_id > companies.c.company_id)
+        .scalar_subquery()
+    )
+    companies = companies.union_all(select(step).where(companies.c.company_id.is_not(None)))
+    head = (
+        select(JOBS.c.company_id, JOBS.c.user_id, JOBS.c.created_at, JOBS.c.id)
+        .where(JOBS.c.company_id == companies.c.company_id, _pending(JOBS))
         .where(claimable(clock), ~_owner_has_live_lease(clock))
         .order_by(JOBS.c.created_at, JOBS.c.id)
         .limit(1)
     )
+    fair_order: list[ColumnElement[Any]] = []
     if passed_over:
-        query = query.where(tuple_(JOBS.c.company_id, JOBS.c.user_id).not_in(passed_over))
+        head = head.where(tuple_(JOBS.c.company_id, JOBS.c.user_id).not_in(passed_over))
+        fair_order.append(companies.c.company_id.in_({company for company, _ in passed_over}))
+    heads = head.lateral("head")
+    fair_order += [
+        COMPANY_CLAIMS.c.last_claimed_at.asc().nulls_first(),
+        heads.c.created_at,
+        heads.c.id,
+    ]
+    query = (
+        select(heads.c.company_id, heads.c.user_id)
+        .select_from(
+            companies.join(heads, true()).outerjoin(
+                COMPANY_CLAIMS, COMPANY_CLAIMS.c.company_id == heads.c.company_id
+            )
+        )
+        .order_by(*fair_order)
+        .limit(1)
+    )
     row = (await conn.execute(query)).first()
     return None if row is None else (row.company_id, row.user_id)
+
+
+async def _record_company_served(conn: AsyncConnection, company_id: str) -> None:
+    """The company is now the most recently served (never moved back by a claim that waited on
+    this row while a later one committed)."""
+    served = pg_insert(COMPANY_CLAIMS).values(
+        company_id=company_id, last_claimed_at=func.clock_timestamp()
+    )
+    await conn.execute(
+        served.on_conflict_do_update(
+            index_elements=[COMPANY_CLAIMS.c.company_id],
+            set_={
+                "last_claimed_at": func.greatest(
+                    COMPANY_CLAIMS.c.last_claimed_at, served.excluded.last_claimed_at
+                )
+            },
+        )
+    )
 
 
 async def _try_lock_owner(conn: AsyncConnection, company_id: str, user_id: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from sqlalchemy import Row, case, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.errors import Conflict, NotFound, Unprocessable
+from app.errors import Conflict, NotFound
 from app.jobs.queue import (
     JOBS,
     PENDING_STATUSES,
@@ -84,25 +84,14 @@ async def list_jobs(
     query = select(JOBS).where(JOBS.c.company_id == company_id)
     if status is not None:
         query = query.where(JOBS.c.status == status)
-    if page.position is not None:
-        created_at, job_id = _cursor_position(page)
+    created_at, job_id = page.instant("created_at"), page.uuid("id")
+    if created_at is not None and job_id is not None:
         query = query.where(tuple_(JOBS.c.created_at, JOBS.c.id) < (created_at, job_id))
     query = query.order_by(JOBS.c.created_at.desc(), JOBS.c.id.desc()).limit(page.limit + 1)
     rows = [_job_row(row) for row in await session.execute(query)]
     return page_of(
         rows, page.limit, lambda job: {"created_at": job.created_at.isoformat(), "id": str(job.id)}
     )
-
-
-def _cursor_position(page: PageRequest) -> tuple[datetime, uuid.UUID]:
-    created_at, job_id = page.key("created_at", str), page.key("id", str)
-    try:
-        when = datetime.fromisoformat(created_at or "")
-        if when.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return when, uuid.UUID(job_id or "")
-    except ValueError as exc:
-        raise Unprocessable.field("query.cursor", "The cursor is not valid.") from exc
 
 
 async def retry_dead_job(session: AsyncSession, company_id: str, job_id: uuid.UUID) -> JobRow:

@@ -32,6 +32,7 @@ from app.errors import ServiceUnavailable, Unauthorized
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.tools import acting_as, build_server
 from app.profiles.versions import VersionPolicy
+from app.rate_limits.limiter import RateLimiter
 
 MCP_PATH: Final = "/mcp"
 _NO_HOST_ALLOWLIST: Final = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -46,10 +47,12 @@ class McpEndpoint:
         self._sessions: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
-    async def running(self, database: Database, policy: VersionPolicy) -> AsyncIterator[None]:
+    async def running(
+        self, database: Database, policy: VersionPolicy, limiter: RateLimiter
+    ) -> AsyncIterator[None]:
         """Serve MCP on `database` for the life of the block (a new server each time: the
-        SDK's session manager runs once)."""
-        server = build_server(database, policy)
+        SDK's session manager runs once); edits count against `limiter`'s memory writes."""
+        server = build_server(database, policy, limiter)
         server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             json_response=True,

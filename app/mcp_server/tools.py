@@ -4,6 +4,10 @@ Every tool runs the same service function as the matching `/v1/me/*` route, with
 access check, in one transaction of its own, as the principal of the bearer token of the HTTP
 request that carried the call (`caller()`); no tool takes a user id. Domain errors become tool
 errors (an `isError` result with the detail), so the assistant can read them and act.
+
+Arguments are held to the same rules as the route's fields (the profile's `MemoryIn`, the
+version numbers' range): what REST refuses with a 422 a tool refuses too, naming the argument,
+before anything is read or written. The service would otherwise strip a NUL that REST refuses.
 """
 
 from __future__ import annotations
@@ -17,18 +21,26 @@ from typing import Annotated, Final
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
 from app.db import Database
 from app.enablement import service as enablement
 from app.enablement.schemas import DecisionOut
-from app.errors import DomainError, NotFound, PreconditionFailed, PreconditionRequired
+from app.errors import (
+    DomainError,
+    NotFound,
+    PreconditionFailed,
+    PreconditionRequired,
+    Unprocessable,
+)
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
 from app.profiles import service
-from app.profiles.schemas import VersionSummaryOut
+from app.profiles.schemas import MemoryIn, VersionSummaryOut
 from app.profiles.versions import EntityTags, VersionPolicy, WriteConditions
+from app.rate_limits.limiter import RateLimiter
+from app.rate_limits.policy import RouteClass
 
 PROFILE_URI: Final = "memory://me/profile"
 SERVER_NAME: Final = "context-memory"
@@ -81,7 +93,8 @@ class Diff(BaseModel):
 
 
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Page size")]
-VersionNumber = Annotated[int, Field(ge=1, le=2**31 - 1)]
+MAX_VERSION: Final = 2**31 - 1
+VersionNumber = Annotated[int, Field(ge=1, le=MAX_VERSION)]
 
 STALE_VERSION = (
     "Your memory changed since you read it: expected_version {expected} is not the current "
@@ -92,9 +105,26 @@ ALREADY_EXISTS = (
 )
 
 
-def _tool_error(error: DomainError) -> ToolError:
-    fields = "; ".join(f"{e['field']}: {e['message']}" for e in error.errors or ())
+def _tool_error(error: DomainError, arguments: dict[str, str] | None = None) -> ToolError:
+    """The error's detail and offending fields, a route's field named as the tool's argument
+    (`arguments`: field -> argument, such as `query.cursor` -> `cursor`)."""
+    names = arguments or {}
+    fields = "; ".join(
+        f"{names.get(str(e['field']), e['field'])}: {e['message']}" for e in error.errors or ()
+    )
     return ToolError(f"{error.detail} ({fields})" if fields else error.detail)
+
+
+def _profile_content(content: str) -> str:
+    """`content` held to the rules of `PUT /v1/me/memory`'s body (no NUL, its length), or a
+    422 naming the argument; the value is never echoed back (it is the user's text)."""
+    try:
+        return MemoryIn.model_validate({"content": content}).content
+    except ValidationError as exc:
+        errors = [{"field": "content", "message": str(error["msg"])} for error in exc.errors()]
+        raise Unprocessable(
+            "The content argument is invalid; nothing was written.", errors=errors
+        ) from None
 
 
 def _conditions(expected_version: int | None) -> WriteConditions:
@@ -105,8 +135,22 @@ def _conditions(expected_version: int | None) -> WriteConditions:
     return WriteConditions(if_match=EntityTags(False, tag, frozenset()))
 
 
-def build_server(database: Database, policy: VersionPolicy) -> MCPServer:
-    """The MCP server of one app: its tools reach `database`, writes follow `policy`."""
+def _admit_write(limiter: RateLimiter) -> None:
+    """Count an edit against the caller's and the company's memory-write limits (REST's)."""
+    principal = caller()
+    verdict = limiter.check(RouteClass.MEMORY_WRITES, principal.company_id, principal.user_id)
+    if not verdict.allowed:
+        raise ToolError(
+            "Over the rate limit of memory writes; nothing was written. Retry after "
+            f"{verdict.retry_after_seconds} s."
+        )
+
+
+def build_server(  # noqa: PLR0915 - one nested function per tool
+    database: Database, policy: VersionPolicy, limiter: RateLimiter
+) -> MCPServer:
+    """The MCP server of one app: its tools reach `database`, writes follow `policy` and
+    count against the caller's and the company's memory-write rate limits, as REST's do."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="0.1.0")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -129,13 +173,15 @@ def build_server(database: Database, policy: VersionPolicy) -> MCPServer:
         return await head()
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
-    async def edit_memory(content: str, expected_version: int | None) -> Edit:
+    async def edit_memory(content: str, expected_version: VersionNumber | None) -> Edit:
         """Replace your memory profile with `content` (the whole memory.md), conditional on
         `expected_version`: the version read_memory returned (null when there was none)."""
+        _admit_write(limiter)
         try:
+            checked = _profile_content(content)
             async with transaction() as session:
                 outcome = await service.replace_memory(
-                    session, caller(), content, _conditions(expected_version), policy=policy
+                    session, caller(), checked, _conditions(expected_version), policy=policy
                 )
         except (PreconditionFailed, PreconditionRequired) as exc:
             stale = expected_version is None
@@ -159,12 +205,12 @@ def build_server(database: Database, policy: VersionPolicy) -> MCPServer:
         except NotFound:
             return Page[VersionSummaryOut](items=[], next_cursor=None)
         except DomainError as exc:
-            raise _tool_error(exc) from exc
+            raise _tool_error(exc, {"query.cursor": "cursor"}) from exc
         return VersionSummaryOut.page(page)
 
     @server.tool(annotations=read_only)
     async def diff_memory_versions(
-        version: VersionNumber, against: Annotated[int, Field(ge=0)] | None = None
+        version: VersionNumber, against: Annotated[int, Field(ge=0, le=MAX_VERSION)] | None = None
     ) -> Diff:
         """Unified diff of `version` against `against` (default: the version before it; 0: the
         empty document)."""

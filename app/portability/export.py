@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.auth import Principal
@@ -26,6 +25,7 @@ from app.enablement import audit
 from app.portability import repository
 from app.portability.format import FORMAT_VERSION, header_line, record_line, trailer_line
 from app.portability.kinds import KINDS, RECORD_TYPES
+from app.snapshots import begin_snapshot, end_snapshot
 
 EXPORTED: Final = "company.exported"
 """The audit event of an export (target: the company): who read the company's data, when."""
@@ -76,26 +76,16 @@ class CompanySnapshot:
         if self._closed:
             return
         self._closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.connection.rollback()  # read only: nothing to keep
-            except Exception:  # a broken connection: the pool must not reuse it
-                await self.connection.invalidate()
-            finally:
-                await self.connection.close()
+        await end_snapshot(self.connection)
 
 
 async def open_snapshot(database: Database, company_id: str) -> CompanySnapshot:
     """Begin the export's snapshot of `company_id` on a connection of its own."""
-    connection = await database.engine.connect()
+    connection = await begin_snapshot(database)
     try:
-        await connection.execution_options(
-            isolation_level="REPEATABLE READ", postgresql_readonly=True
-        )
-        await connection.begin()
         exported_at = await repository.snapshot_time(connection)
     except BaseException:
-        await connection.close()
+        await end_snapshot(connection)
         raise
     return CompanySnapshot(company_id, exported_at, connection)
 

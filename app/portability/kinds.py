@@ -2,9 +2,14 @@
 each with its fields derived from the table's columns (all of them but `company_id`, which the
 stream names once in its header, and the ids the target assigns itself).
 
-Not exported: jobs (the queue's work in flight, which names the source's workers and leases)
-and idempotency records (a client's retries, kept a day). Versions keep the id of the job that
-wrote them as provenance.
+Not exported: jobs (the queue's work in flight, which names the source's workers and leases),
+when the source's queue last served the company (`job_company_claims`), idempotency records
+(a client's retries, kept a day), the company's rate-limit overrides and model budget
+(`company_rate_limits`, `company_model_budgets`: they measure what a deployment can serve and
+spend, and its operators set them there), its usage (`usage_daily_counts`,
+`usage_daily_model_calls`, `model_budget_crossings`: what the source deployment served and billed
+stays with its bill), and the quota marks (`user_quota_marks`, `company_quota_marks`: the target's
+worker measures them again). Versions keep the id of the job that wrote them as provenance.
 """
 
 from __future__ import annotations
@@ -146,5 +151,18 @@ KINDS: Final[tuple[RecordKind, ...]] = (
 """Every record kind, in stream order: a record refers only to records of kinds before it."""
 
 RECORD_TYPES: Final = tuple(kind.type for kind in KINDS)
-NOT_EXPORTED: Final = frozenset({"jobs", "idempotency_keys"})
+NOT_EXPORTED: Final = frozenset(
+    {
+        "jobs",
+        "job_company_claims",
+        "idempotency_keys",
+        "company_rate_limits",
+        "company_model_budgets",
+        "usage_daily_counts",
+        "usage_daily_model_calls",
+        "model_budget_crossings",
+        "user_quota_marks",
+        "company_quota_marks",
+    }
+)
 """Company tables deliberately left out (see the module docstring)."""

@@ -6,10 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final
 
-import anyio
 from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response, status
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from app.api_tags import OPERATOR, USER
 from app.auth import Principal, PrincipalDep, require_role
@@ -21,6 +18,9 @@ from app.portability.schemas import CompanyImportOut, MemoryImportIn
 from app.profiles.router import MEMORY_PATH, VERSION_LINKS, VersionPolicyDep, replaced
 from app.profiles.schemas import MemoryOut
 from app.profiles.versions import WriteConditions, parse_entity_tags
+from app.rate_limits.dependency import rate_limited
+from app.rate_limits.policy import RouteClass
+from app.snapshots import SnapshotStream
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
@@ -128,33 +128,22 @@ MEMORY_IMPORT_EXAMPLES: Final[dict[str, Any]] = {
 }
 
 
-class SnapshotResponse(StreamingResponse):
+class SnapshotResponse(SnapshotStream):
     """The export's NDJSON, streamed from its snapshot; the snapshot ends with the response,
     however it ends (sent, failed, or the client gone)."""
 
     media_type = MEDIA_TYPE
 
     def __init__(self, snapshot: CompanySnapshot) -> None:
-        self._lines = snapshot.lines()
-        self._snapshot = snapshot
         name = re.sub(r"[^A-Za-z0-9._-]", "_", snapshot.company_id)
         super().__init__(
-            self._lines,
+            snapshot.lines(),
+            snapshot.close,
             headers={
                 "Content-Disposition": f'attachment; filename="{name}.ndjson"',
                 "Cache-Control": "no-store",
             },
         )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._lines.aclose()
-                finally:
-                    await self._snapshot.close()
 
 
 # --- operator -----------------------------------------------------------------------------------
@@ -162,6 +151,7 @@ class SnapshotResponse(StreamingResponse):
 
 @router.get(
     "/v1/companies/{company_id}/export",
+    dependencies=[Depends(rate_limited(RouteClass.EXPORTS))],
     tags=[OPERATOR],
     summary="Everything held for the company, as an NDJSON stream (one snapshot)",
     description="Called by an operator moving a company to another deployment (or keeping a "
@@ -183,6 +173,7 @@ async def export_company(
 
 @router.post(
     "/v1/companies/{company_id}/import",
+    dependencies=[Depends(rate_limited(RouteClass.MEMORY_WRITES))],
     tags=[OPERATOR],
     summary="Load an export stream into this empty company (all or nothing)",
     description="Called by an operator on the deployment a company moves to: the stream of "
@@ -221,6 +212,7 @@ async def import_company(
 
 @router.post(
     f"{MEMORY_PATH}/import",
+    dependencies=[Depends(rate_limited(RouteClass.MEMORY_WRITES))],
     tags=[USER],
     summary="Make the profile of your memory export your memory (a new version)",
     description="Called for the person who brings their memory along from another deployment "

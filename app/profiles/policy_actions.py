@@ -12,8 +12,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, delete, insert, select
+from sqlalchemy import ColumnElement, Select, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.pagination import Page, PageRequest, page_of
@@ -86,7 +87,7 @@ async def list_policy_actions(
     session: AsyncSession, company_id: str, user_id: str, page: PageRequest
 ) -> Page[PolicyActionRecord]:
     """The user's recorded actions, newest first, cursor on the id."""
-    before = page.key("id", int)
+    before = page.integer("id")
     statement = select(*_COLUMNS).where(*_owned(company_id, user_id))
     if before is not None:
         statement = statement.where(MemoryPolicyAction.id < before)
@@ -95,14 +96,10 @@ async def list_policy_actions(
     return page_of(records, page.limit, lambda record: {"id": record.id})
 
 
-async def select_policy_actions(
-    session: AsyncSession, company_id: str, user_id: str
-) -> list[PolicyActionRecord]:
-    """Every recorded action of the user, oldest first (the export)."""
-    statement = (
-        select(*_COLUMNS).where(*_owned(company_id, user_id)).order_by(MemoryPolicyAction.id)
-    )
-    return [PolicyActionRecord(*row) for row in (await session.execute(statement)).all()]
+def every_policy_action(company_id: str, user_id: str) -> Select[Any]:
+    """Every recorded action of the user, oldest first, as `PolicyActionRecord` columns (the
+    export streams it)."""
+    return select(*_COLUMNS).where(*_owned(company_id, user_id)).order_by(MemoryPolicyAction.id)
 
 
 async def delete_policy_actions(session: AsyncSession, company_id: str, user_id: str) -> int:

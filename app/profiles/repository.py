@@ -1,5 +1,5 @@
 """SQL of the profile domain: versions written by compare-and-set on `memory_files.head_version`,
-reads of the head and of retained versions, retention, clearing, and the export's narrow reads.
+reads of the head and of retained versions, retention, clearing, and the user's stored switch.
 
 Flushes (executes), never commits: the caller owns the transaction.
 """
@@ -7,22 +7,16 @@ Flushes (executes), never commits: the caller owns the transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, delete, func, select, update
+from sqlalchemy import Row, Select, and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import InstrumentedAttribute
 
-from app.conversations.models import ChatMessage, Turn
-from app.db import Base
-from app.enablement.audit import AuditRecord
-from app.enablement.models import AuditEvent, UserSettings
-from app.jobs.models import Job
-from app.pagination import Page, PageRequest, page_of
+from app.enablement.models import UserSettings
+from app.pagination import INTEGER_MAX, Page, PageRequest, page_of
 from app.profiles.document import Profile, render
 from app.profiles.models import MemoryFile, MemoryVersion
 from app.profiles.versions import (
@@ -37,12 +31,7 @@ from app.profiles.versions import (
     operations_json,
 )
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-R = TypeVar("R", bound="DataclassInstance")
-
-# The columns are named as the dataclass fields, which `_version_info/_version_row` rely on.
+# The columns are named as the dataclass fields, which `_version_info/version_row` rely on.
 _INFO_COLUMNS = tuple(getattr(MemoryVersion, field.name) for field in fields(VersionInfo))
 _ROW_COLUMNS = (*_INFO_COLUMNS, MemoryVersion.content)
 
@@ -51,7 +40,7 @@ def _version_info(row: Row[Any]) -> VersionInfo:
     return VersionInfo(**{column.key: row._mapping[column.key] for column in _INFO_COLUMNS})
 
 
-def _version_row(row: Row[Any]) -> VersionRow:
+def version_row(row: Row[Any]) -> VersionRow:
     return VersionRow(**{column.key: row._mapping[column.key] for column in _ROW_COLUMNS})
 
 
@@ -174,7 +163,7 @@ async def select_head_state(
     row = (await session.execute(statement)).first()
     if row is None:
         return None
-    head = None if row.version is None else _version_row(row)
+    head = None if row.version is None else version_row(row)
     return HeadState(company_id, user_id, row.head_version, head)
 
 
@@ -191,14 +180,14 @@ async def read_version(
         *_owner(company_id, user_id), MemoryVersion.version == version
     )
     row = (await session.execute(statement)).first()
-    return None if row is None else _version_row(row)
+    return None if row is None else version_row(row)
 
 
 async def list_versions(
     session: AsyncSession, company_id: str, user_id: str, page: PageRequest
 ) -> Page[VersionInfo]:
     """Retained versions without content, newest first, cursor on the version number."""
-    before = page.key("version", int)
+    before = page.integer("version", maximum=INTEGER_MAX)
     statement = select(*_INFO_COLUMNS).where(*_owner(company_id, user_id))
     if before is not None:
         statement = statement.where(MemoryVersion.version < before)
@@ -207,14 +196,18 @@ async def list_versions(
     return page_of(rows, page.limit, lambda info: {"version": info.version})
 
 
+def every_version(company_id: str, user_id: str) -> Select[Any]:
+    """Every retained version with content, oldest first, as `version_row` reads it (the export
+    streams it)."""
+    return select(*_ROW_COLUMNS).where(*_owner(company_id, user_id)).order_by(MemoryVersion.version)
+
+
 async def read_all_versions(
     session: AsyncSession, company_id: str, user_id: str
 ) -> list[VersionRow]:
-    """Every retained version with content, oldest first (the export)."""
-    statement = (
-        select(*_ROW_COLUMNS).where(*_owner(company_id, user_id)).order_by(MemoryVersion.version)
-    )
-    return [_version_row(row) for row in (await session.execute(statement)).all()]
+    """Every retained version with content, oldest first."""
+    rows = (await session.execute(every_version(company_id, user_id))).all()
+    return [version_row(row) for row in rows]
 
 
 async def previous_version_number(
@@ -341,40 +334,7 @@ async def delete_memory_file(session: AsyncSession, company_id: str, user_id: st
     return (await session.execute(statement)).first() is not None
 
 
-# --- the export's reads of other domains' tables (narrow, owner-filtered) ------------------------
-# Each record's fields name exactly the columns exported (jobs: no payload, no error text).
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    id: uuid.UUID
-    chat_id: str
-    space_id: str
-    history_mode: str
-    language_model: str | None
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class MessageRecord:
-    id: int
-    chat_id: str
-    turn_id: uuid.UUID
-    role: str
-    content: str
-    source: str
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    id: uuid.UUID
-    kind: str
-    status: str
-    outcome: str | None
-    version: int | None
-    created_at: datetime
-    finished_at: datetime | None
+# --- the user's stored context-memory switch -------------------------------------------------
 
 
 async def select_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:
@@ -382,60 +342,6 @@ async def select_user_setting(session: AsyncSession, company_id: str, user_id: s
         UserSettings.company_id == company_id, UserSettings.user_id == user_id
     )
     return (await session.execute(statement)).scalar_one_or_none()
-
-
-async def _select_records(
-    session: AsyncSession,
-    record: type[R],
-    table: type[Base],
-    *where: ColumnElement[bool],
-    order_by: Sequence[InstrumentedAttribute[Any]],
-) -> list[R]:
-    """Rows of `table` as `record`s: exactly the columns named by the record's fields."""
-    columns = [getattr(table, field.name) for field in fields(record)]
-    statement = select(*columns).where(*where).order_by(*order_by)
-    return [record(*row) for row in (await session.execute(statement)).all()]
-
-
-async def select_turns(session: AsyncSession, company_id: str, user_id: str) -> list[TurnRecord]:
-    owned = (Turn.company_id == company_id, Turn.user_id == user_id)
-    return await _select_records(
-        session, TurnRecord, Turn, *owned, order_by=(Turn.created_at, Turn.id)
-    )
-
-
-async def select_messages(
-    session: AsyncSession, company_id: str, user_id: str
-) -> list[MessageRecord]:
-    owned = (ChatMessage.company_id == company_id, ChatMessage.user_id == user_id)
-    return await _select_records(
-        session, MessageRecord, ChatMessage, *owned, order_by=(ChatMessage.id,)
-    )
-
-
-async def select_jobs(session: AsyncSession, company_id: str, user_id: str) -> list[JobRecord]:
-    owned = (Job.company_id == company_id, Job.user_id == user_id)
-    return await _select_records(session, JobRecord, Job, *owned, order_by=(Job.created_at, Job.id))
-
-
-async def select_audit_events(
-    session: AsyncSession, company_id: str, user_id: str
-) -> list[AuditRecord]:
-    """Events about the user's own setting and memory (target kind `user`).
-
-    Events the user caused on the company's flags and spaces are left out on purpose: they are
-    the company's record of its settings (an erasure anonymises them, it does not delete them),
-    and those written before events named the actor's company carry the event's company as the
-    actor's, which does not prove who acted (operators act on other companies).
-    """
-    about_user = (
-        AuditEvent.company_id == company_id,
-        AuditEvent.target_kind == "user",
-        AuditEvent.target_id == user_id,
-    )
-    return await _select_records(
-        session, AuditRecord, AuditEvent, *about_user, order_by=(AuditEvent.id,)
-    )
 
 
 # --- the head profile as a fragment of the orchestrator's one-statement read (app/turns) ---------

@@ -14,10 +14,10 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Resp
 
 from app.api_tags import USER
 from app.auth import PrincipalDep
-from app.db import SessionDep
+from app.db import SessionDep, database
 from app.enablement import service as enablement
 from app.pagination import Page, PageDep
-from app.profiles import service, switch
+from app.profiles import export, service, switch
 from app.profiles.schemas import (
     MemoryExportOut,
     MemoryIn,
@@ -37,6 +37,9 @@ from app.profiles.versions import (
     is_not_modified,
     parse_entity_tags,
 )
+from app.rate_limits.dependency import rate_limited
+from app.rate_limits.policy import RouteClass
+from app.snapshots import SnapshotStream
 
 router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
 settings_router = APIRouter(tags=[USER])
@@ -93,12 +96,14 @@ SETTINGS_EXAMPLES: Final[dict[str, Any]] = {
 
 async def _version_policy(request: Request) -> VersionPolicy:
     """Versions counted by the service's token counters, retained as the settings say, what the
-    memory policy did counted in the service's metrics."""
+    memory policy did counted in the service's metrics, the company's users with memory
+    bounded by their quota."""
     state = request.app.state
     return VersionPolicy(
         state.tokens.stored,
         state.settings.memory_max_versions,
         on_policy_actions=state.metrics.observe_memory_policy_actions,
+        users_with_memory_quota=state.settings.quota_company_users_with_memory,
     )
 
 
@@ -151,6 +156,7 @@ async def get_memory(
 
 @router.put(
     MEMORY_PATH,
+    dependencies=[Depends(rate_limited(RouteClass.MEMORY_WRITES))],
     summary="Create (If-None-Match: *) or replace (If-Match) your memory profile",
     description="Called for the person who edits their memory by hand (a memory page, an "
     "assistant): a new version with the whole profile. `If-None-Match: *` creates the first "
@@ -199,6 +205,7 @@ def replaced(outcome: service.WriteOutcome, response: Response) -> MemoryOut:
 
 @router.delete(
     MEMORY_PATH,
+    dependencies=[Depends(rate_limited(RouteClass.MEMORY_WRITES))],
     summary="Clear your memory profile and its history (your settings stay)",
     description="Called for the person who wants their memory forgotten but memory left on: "
     "the profile and every version go, the settings stay, and a later write starts afresh.",
@@ -251,6 +258,7 @@ async def diff_version(
 
 @router.post(
     f"{MEMORY_PATH}/versions/{{n}}/restore",
+    dependencies=[Depends(rate_limited(RouteClass.MEMORY_WRITES))],
     summary="Make version n's content the current profile again (a new version)",
     description="Called for the person who undoes a change to their memory: version n's "
     "content becomes the head, as a new version, conditional on `If-Match`.",
@@ -298,15 +306,33 @@ async def list_policy_actions(
     return PolicyActionOut.page(await service.list_memory_policy_actions(session, principal, page))
 
 
+class MemoryExportResponse(SnapshotStream):
+    """The export's JSON document, streamed as it is read from its snapshot (`export.py`); the
+    snapshot, and with it the user's export lock, ends with the response however it ends."""
+
+    media_type = "application/json"
+
+    def __init__(self, stream: export.MemoryExportStream) -> None:
+        super().__init__(stream.chunks(), stream.close)
+
+
 @router.get(
     f"{MEMORY_PATH}/export",
+    dependencies=[Depends(rate_limited(RouteClass.EXPORTS))],
     summary="Everything the service holds about you, as one JSON document",
     description="Called for the person who asks for their data (a data-portability request): "
     "the profile with its versions, the settings, the stored chats, the jobs, the changes "
     "of their own setting and what the memory policy kept out, in one document.",
+    response_model=MemoryExportOut,  # what the stream writes (the schema, not a check of it)
+    responses={
+        429: {
+            "description": "Another export of yours is still running (one at a time), or over "
+            "a rate limit; retry after `Retry-After` seconds"
+        }
+    },
 )
-async def export_memory(principal: PrincipalDep, session: SessionDep) -> MemoryExportOut:
-    return MemoryExportOut.of(await service.export_memory(session, principal))
+async def export_memory(principal: PrincipalDep, request: Request) -> MemoryExportResponse:
+    return MemoryExportResponse(await export.open_export(database(request), principal))
 
 
 # --- the switch (`settings`): off deletes the memory ------------------------------------------

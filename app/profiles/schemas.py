@@ -16,10 +16,10 @@ from app.contract import NUL_FREE_PATTERN
 from app.detectors import Category
 from app.enablement.audit import AuditRecord
 from app.pagination import Page
+from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.policy import describe
 from app.profiles.policy_actions import PolicyActionRecord
-from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
-from app.profiles.service import MemoryExport, VersionDiff
+from app.profiles.service import VersionDiff
 from app.profiles.switch import MemoryDeletion, UserSettingUpdate
 from app.profiles.versions import VersionInfo, VersionReason, VersionRow
 
@@ -233,23 +233,6 @@ class ChatOut(BaseModel):
     turns: list[TurnOut]
     messages: list[ChatMessageOut] = Field(description="In stored order")
 
-    @classmethod
-    def group(cls, turns: list[TurnRecord], messages: list[MessageRecord]) -> list[ChatOut]:
-        """One entry per chat, by first activity; turns and messages keep their order."""
-        first: dict[str, datetime] = {}
-        for chat_id, at in [(t.chat_id, t.created_at) for t in turns] + [
-            (m.chat_id, m.created_at) for m in messages
-        ]:
-            first[chat_id] = min(first.get(chat_id, at), at)
-        return [
-            cls(
-                chat_id=chat_id,
-                turns=[TurnOut.of(t) for t in turns if t.chat_id == chat_id],
-                messages=[ChatMessageOut.of(m) for m in messages if m.chat_id == chat_id],
-            )
-            for chat_id in sorted(first, key=lambda chat_id: (first[chat_id], chat_id))
-        ]
-
 
 class JobOut(BaseModel):
     id: uuid.UUID
@@ -293,21 +276,6 @@ class MemoryExportOut(BaseModel):
         description="What your company's memory policy kept out of your memory, oldest first: "
         "each line not remembered and each value hidden, when, where and why (never the value)"
     )
-
-    @classmethod
-    def of(cls, export: MemoryExport) -> MemoryExportOut:
-        return cls(
-            user_id=export.user_id,
-            company_id=export.company_id,
-            exported_at=export.exported_at,
-            settings=ExportSettingsOut(context_memory=export.context_memory),
-            profile=None if export.profile is None else MemoryOut.of(export.profile),
-            versions=[VersionOut.of_row(row) for row in export.versions],
-            chats=ChatOut.group(export.turns, export.messages),
-            jobs=[JobOut.of(job) for job in export.jobs],
-            audit_events=[AuditEventOut.of(event) for event in export.audit_events],
-            policy_actions=[PolicyActionOut.of(record) for record in export.policy_actions],
-        )
 
 
 # --- user settings ------------------------------------------------------------------------------

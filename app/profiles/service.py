@@ -1,5 +1,5 @@
-"""The user's memory profile as a versioned file: read, edit, clear, history, restore, export,
-and the two calls the consolidation worker makes (`load_profile`, `save_consolidation`).
+"""The user's memory profile as a versioned file: read, edit, clear, history, restore, and the
+two calls the consolidation worker makes (`load_profile`, `save_consolidation`).
 
 Every read and write goes through `folders.service.authorize_memory_access` on the owner's
 folder first; every write passes the company's memory policy and is a compare-and-set on the
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal
-from app.enablement.audit import AuditRecord
 from app.errors import Conflict, NotFound, PreconditionFailed
 from app.folders import repository as folder_repository
 from app.folders import service as folders
@@ -34,9 +32,7 @@ from app.profiles.policy_actions import (
     PolicyActionRecord,
     delete_policy_actions,
     list_policy_actions,
-    select_policy_actions,
 )
-from app.profiles.repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.switch import lock_user_memory
 from app.profiles.versions import (
     EntityTags,
@@ -85,23 +81,6 @@ class VersionDiff:
     diff: str
 
 
-@dataclass(frozen=True)
-class MemoryExport:
-    """Everything the service holds about one user (memory content only if the check allows)."""
-
-    user_id: str
-    company_id: str
-    exported_at: datetime
-    context_memory: bool
-    profile: VersionRow | None
-    versions: list[VersionRow]
-    turns: list[TurnRecord]
-    messages: list[MessageRecord]
-    jobs: list[JobRecord]
-    audit_events: list[AuditRecord]
-    policy_actions: list[PolicyActionRecord]
-
-
 def _owner(company_id: str, user_id: str) -> Principal:
     """The owner acting through the worker: the same access check as over HTTP, no roles."""
     return Principal(user_id=user_id, company_id=company_id, roles=frozenset())
@@ -138,7 +117,9 @@ async def replace_memory(
     await lock_user_memory(session, company_id, user_id)
     if await repository.select_user_setting(session, company_id, user_id) is False:
         raise Conflict(OPTED_OUT)
-    folder_id, _ = await folders.ensure_user_folder(session, principal)
+    folder_id, _ = await folders.ensure_user_folder(
+        session, principal, users_with_memory_quota=policy.users_with_memory_quota
+    )
     await folders.authorize_memory_access(session, principal, Permission.WRITE)
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None:  # first write: the memory.md row (skip_ingestion, hidden_in_chat)
@@ -292,41 +273,6 @@ async def list_memory_policy_actions(
     """What the company's memory policy kept out of the caller's memory, newest first."""
     await folders.authorize_memory_access(session, principal, Permission.READ)
     return await list_policy_actions(session, principal.company_id, principal.user_id, page)
-
-
-async def export_memory(session: AsyncSession, principal: Principal) -> MemoryExport:
-    """Everything held about the caller, all filtered by the token's (company, user).
-
-    The profile, versions and the memory policy's actions come only through the access check; a
-    caller without a memory folder (never used, or opted out) still gets settings, chats and
-    jobs, with `profile` null.
-    """
-    company_id, user_id = principal.company_id, principal.user_id
-    profile: VersionRow | None = None
-    versions: list[VersionRow] = []
-    policy_actions: list[PolicyActionRecord] = []
-    try:
-        await folders.authorize_memory_access(session, principal, Permission.READ)
-    except NotFound:
-        pass
-    else:
-        profile = await repository.read_head(session, company_id, user_id)
-        versions = await repository.read_all_versions(session, company_id, user_id)
-        policy_actions = await select_policy_actions(session, company_id, user_id)
-    setting = await repository.select_user_setting(session, company_id, user_id)
-    return MemoryExport(
-        user_id=user_id,
-        company_id=company_id,
-        exported_at=datetime.now(UTC),
-        context_memory=setting is not False,
-        profile=profile,
-        versions=versions,
-        turns=await repository.select_turns(session, company_id, user_id),
-        messages=await repository.select_messages(session, company_id, user_id),
-        jobs=await repository.select_jobs(session, company_id, user_id),
-        audit_events=await repository.select_audit_events(session, company_id, user_id),
-        policy_actions=policy_actions,
-    )
 
 
 # --- what the consolidation worker (and the turn endpoints) call --------------------------------

@@ -58,12 +58,15 @@ class VersionPolicy:
     comparable and the load path never re-counts), the newest `keep` versions retained,
     `last_updated` stamped by `clock`, and `on_policy_actions` told what the company's memory
     policy did at each write (the service's metrics; counted when the write is made, so a
-    write rolled back afterwards, by a worker's lost lease say, is counted still)."""
+    write rolled back afterwards, by a worker's lost lease say, is counted still). A user's
+    first write creates their memory folder only while the company has fewer users with
+    memory than `users_with_memory_quota` (0: no quota)."""
 
     counter: TokenCounter
     keep: int
     clock: Callable[[], datetime] = _utc_now
     on_policy_actions: Callable[[Sequence[PolicyAction]], None] = _unobserved
+    users_with_memory_quota: int = 0
 
 
 class VersionConflict(PreconditionFailed):

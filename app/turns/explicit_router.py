@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
 from app.api_tags import USER
 from app.auth import PrincipalDep
 from app.config import Settings
 from app.db import Database
 from app.jobs.schemas import JobView
+from app.rate_limits.dependency import rate_limited
+from app.rate_limits.policy import RouteClass
 from app.tokens import TokenCounters
 from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job
 
@@ -39,6 +41,7 @@ CONSOLIDATION_EXAMPLES: Final[dict[str, Any]] = {
 
 @router.post(
     "/v1/me/memory/consolidations",
+    dependencies=[Depends(rate_limited(RouteClass.CONSOLIDATIONS))],
     summary="Consolidate one exchange into your memory (queued; `wait=true` for the result)",
     status_code=status.HTTP_202_ACCEPTED,
     responses={

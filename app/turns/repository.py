@@ -9,14 +9,17 @@ objects, no per-request compilation, one round trip each. Never commits.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.auth import Principal
+from app.consolidation.kinds import CONSOLIDATION
 from app.conversations.repository import (
     HISTORY_COLUMNS,
     HISTORY_JOIN,
@@ -47,7 +50,17 @@ from app.folders.repository import (
     folder_node_of,
     user_folder_key_share,
 )
-from app.jobs.enqueue import NewJob, enqueue_job_cte, enqueue_params
+from app.jobs.enqueue import (
+    WAITING_JOBS_COLUMNS,
+    WAITING_JOBS_JOINS,
+    CoalescedItem,
+    NewJob,
+    coalesce_job_cte,
+    coalesce_params,
+    enqueue_job_cte,
+    enqueue_params,
+    waiting_params,
+)
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
     HEAD_PROFILE_FOLDER_ID,
@@ -55,6 +68,8 @@ from app.profiles.repository import (
     StoredProfile,
     stored_profile_of,
 )
+from app.quotas.repository import MARK_COLUMNS, stored_usage_of
+from app.quotas.rule import QuotaLimits, StoredUsage, WaitingJobs
 
 # --- /context: ONE statement --------------------------------------------------------------------
 
@@ -132,46 +147,82 @@ class TurnSettingsRow:
     settings: EnablementInputs
     user_folder_exists: bool
     record: IdempotencyRecord | None  # the live record of the request's Idempotency-Key
+    usage: StoredUsage  # where the last quota check found the caller over a quota
+    # the caller's waiting consolidation jobs and where to coalesce, when asked for
+    waiting: WaitingJobs | None
 
 
-_TURN_SETTINGS = positional(f"""
+def _turn_settings(with_waiting: bool) -> tuple[str, tuple[str, ...]]:
+    # constant fragments of their owners, never user input
+    return positional(f"""
 SELECT {ENABLEMENT_COLUMNS},
     EXISTS (SELECT 1 FROM folders fo
             WHERE fo.company_id = :company_id AND fo.path = :folder_path) AS user_folder_exists,
-    k.request_hash, k.response_status, k.response_body
+    k.request_hash, k.response_status, k.response_body,
+    {MARK_COLUMNS}{"," + WAITING_JOBS_COLUMNS if with_waiting else ""}
 FROM (SELECT 1) AS one
 {ENABLEMENT_JOINS}
 LEFT JOIN idempotency_keys k
     ON k.company_id = :company_id AND k.user_id = :user_id AND k.key = :idempotency_key
    AND k.expires_at > now()
-""")  # noqa: S608 - constant fragments of their owners
+{WAITING_JOBS_JOINS if with_waiting else ""}
+""")  # noqa: S608
+
+
+_TURN_SETTINGS = _turn_settings(with_waiting=False)
+_TURN_SETTINGS_WITH_WAITING = _turn_settings(with_waiting=True)
 
 
 async def select_turn_settings(
     conn: asyncpg.Connection,
-    company_id: str,
-    user_id: str,
+    principal: Principal,
     space_id: str,
     idempotency_key: str | None,
+    *,
+    waiting_under: QuotaLimits | None = None,
 ) -> TurnSettingsRow:
-    """The enablement inputs, whether the per-user folder exists, and the live idempotency
-    record of `idempotency_key` (expired records read as absent), in ONE statement.
+    """The enablement inputs, whether the per-user folder exists, the live idempotency record
+    of `idempotency_key` (expired records read as absent) and the caller's quota marks, in ONE
+    statement; with `waiting_under` (a quota of waiting jobs in force), also the caller's
+    waiting consolidation jobs, counted up to its `user_queued_jobs` over the index of an
+    owner's waiting jobs (`ix_jobs_waiting_owner`, which matches all three of its equalities,
+    so that even a plan made on stale statistics takes it), with the job a turn would be
+    coalesced into once that is reached.
 
     Run it after `try_lock_idempotency_key`: as a new statement it sees a record committed by
     the previous holder of the lock even if that commit happened just before we got it.
     """
+    company_id, user_id = principal.company_id, principal.user_id
     params = enablement_params(company_id, user_id, space_id) | {
         "folder_path": user_folder_path(user_id),
         "idempotency_key": idempotency_key,
     }
     sql, names = _TURN_SETTINGS
+    if waiting_under is not None:
+        quota, max_turns = waiting_under.user_queued_jobs, waiting_under.job_max_turns
+        params |= waiting_params(CONSOLIDATION, quota, max_turns)
+        sql, names = _TURN_SETTINGS_WITH_WAITING
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     record = None
     if row["request_hash"] is not None:
         record = IdempotencyRecord(
             row["request_hash"], row["response_status"], bytes(row["response_body"])
         )
-    return TurnSettingsRow(enablement_inputs_of(row), bool(row["user_folder_exists"]), record)
+    waiting = None
+    if waiting_under is not None:
+        waiting = WaitingJobs(int(row["waiting_jobs"]), _uuid_or_none(row["coalesce_job_id"]))
+    return TurnSettingsRow(
+        enablement_inputs_of(row),
+        bool(row["user_folder_exists"]),
+        record,
+        stored_usage_of(row),
+        waiting,
+    )
+
+
+def _uuid_or_none(value: uuid.UUID | None) -> uuid.UUID | None:
+    """The driver's UUID as the standard library's (which the JSON encoder writes)."""
+    return None if value is None else uuid.UUID(int=value.int)
 
 
 def idempotency_lock_key(company_id: str, user_id: str, key: str) -> str:
@@ -181,28 +232,46 @@ def idempotency_lock_key(company_id: str, user_id: str, key: str) -> str:
 
 # The write goes ahead (`planned` has a row) once the turn's locks are held and, when it queues
 # a job, while the user's memory folder still exists: it is held until commit (see `write_turn`).
+# A turn coalesced into a waiting job goes ahead only when, besides, its id was appended.
 _PLANNED = ", planned AS MATERIALIZED (SELECT 1 FROM turn_locks)"
 _PLANNED_WITH_FOLDER = f", planned AS MATERIALIZED ({user_folder_key_share('turn_locks')}\n)"
+_FOLDER_HELD = f", folder_held AS MATERIALIZED ({user_folder_key_share('turn_locks')}\n)"
+_PLANNED_COALESCED = _FOLDER_HELD + coalesce_job_cte("planned", "folder_held")
+
+NO_JOB, NEW_JOB, COALESCED = "none", "new", "coalesced"
+_PLANNED_BY_MODE = {NO_JOB: _PLANNED, NEW_JOB: _PLANNED_WITH_FOLDER, COALESCED: _PLANNED_COALESCED}
 
 
-def _turn_write(with_job: bool, with_record: bool) -> tuple[str, tuple[str, ...]]:
+def _turn_write(job_mode: str, with_record: bool) -> tuple[str, tuple[str, ...]]:
     stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
+    held = "(SELECT count(*) FROM folder_held)" if job_mode == COALESCED else "1"
     # constant fragments of their owners, never user input
     parts = [
         TURN_LOCKS_CTE,
-        _PLANNED_WITH_FOLDER if with_job else _PLANNED,
+        _PLANNED_BY_MODE[job_mode],
         TURN_ROWS_CTE,
-        enqueue_job_cte("planned") if with_job else "",
+        enqueue_job_cte("planned") if job_mode == NEW_JOB else "",
         IDEMPOTENCY_RECORD_CTE if with_record else "",
         "\nSELECT (SELECT count(*) FROM planned) AS planned,"  # noqa: S608
-        f" (SELECT count(*) FROM message) AS saved, {stored} AS stored",
+        f" (SELECT count(*) FROM message) AS saved, {stored} AS stored,"
+        f" {held} AS folder_held",
     ]
     return positional("".join(parts))
 
 
 _TURN_WRITE = {
-    (job, record): _turn_write(job, record) for job in (False, True) for record in (False, True)
+    (mode, record): _turn_write(mode, record)
+    for mode in _PLANNED_BY_MODE
+    for record in (False, True)
 }
+
+
+class TurnWrite(Enum):
+    """What `write_turn` did."""
+
+    WRITTEN = "written"
+    PLAN_AGAIN = "plan again"  # nothing written: the memory folder is gone (erased, opted out)
+    JOB_TAKEN = "job taken"  # nothing written: the waiting job was claimed or filled meanwhile
 
 
 async def write_turn(
@@ -210,12 +279,14 @@ async def write_turn(
     turn: NewTurn,
     messages: Sequence[NewMessage],
     *,
-    job: NewJob | None = None,
+    job: NewJob | CoalescedItem | None = None,
     record: NewIdempotencyRecord | None = None,
-) -> bool:
-    """Write the turn, its messages (in order) and optionally its job and idempotency record,
-    in ONE statement (atomic on its own, or part of the caller's transaction); True when
-    written, False when nothing was written because the user's memory folder is gone.
+) -> TurnWrite:
+    """Write the turn, its messages (in order) and optionally its job (a new one, or the turn's
+    id appended to a waiting job) and idempotency record, in ONE statement (atomic on its own,
+    or part of the caller's transaction). `WRITTEN`; else nothing was written: `JOB_TAKEN`
+    when the waiting job a `CoalescedItem` names was claimed (or filled) since it was chosen,
+    `PLAN_AGAIN` when the user's memory folder is gone.
 
     The statement first takes the user's history lock shared and the chat's lock
     (`TURN_LOCKS_CTE`: an erasure of the user waits for the write to commit, or the write
@@ -224,21 +295,28 @@ async def write_turn(
     the settings that planned the job were read before, and an erasure or opt-out may have
     deleted the memory since, even while this statement waited for its locks. Held until
     commit, the folder is deleted, with the pending jobs, only after this turn is written.
-    False asks the caller to plan the turn again on what is stored now.
+    A coalesced turn is written only together with
+    its id in the waiting job, which must still be queued (`coalesce_job_cte`): a claim that
+    took the job first never loses the turn's consolidation.
     """
     params = turn_params(turn, messages)
-    if job is not None:
+    mode = NO_JOB
+    if isinstance(job, CoalescedItem):
+        mode = COALESCED
+        params |= coalesce_params(job) | {"folder_path": user_folder_path(turn.user_id)}
+    elif job is not None:
+        mode = NEW_JOB
         params |= enqueue_params(job) | {"folder_path": user_folder_path(turn.user_id)}
     if record is not None:
         params |= record_params(record)
-    sql, names = _TURN_WRITE[(job is not None, record is not None)]
+    sql, names = _TURN_WRITE[(mode, record is not None)]
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     if not row["planned"]:
-        return False
+        return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN
     if record is not None and row["stored"] != 1:
         # a live record appeared although we hold its lock: never save the turn twice
         raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
-    return True
+    return TurnWrite.WRITTEN
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"

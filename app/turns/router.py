@@ -18,9 +18,12 @@ from app.config import Settings
 from app.conversations.schemas import ChatIdPath
 from app.db import Database, database
 from app.lean_routes import LeanRoute, Provider
+from app.rate_limits.dependency import lean_provider, rate_limited, remember_principal
+from app.rate_limits.policy import RouteClass
 from app.tokens import TokenCounters
 from app.turns import context, idempotency, save
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
+from app.usage.meter import UsageMeterDep, usage_meter
 
 # Dependencies are `async def`: FastAPI runs plain `def` dependencies in a worker thread.
 
@@ -63,7 +66,11 @@ async def _idempotency_key(
 
 
 async def _principal(request: Request) -> Principal:
-    return await principal_of(request)
+    return remember_principal(request, await principal_of(request))
+
+
+limit_context = rate_limited(RouteClass.CONTEXT)
+limit_turns = rate_limited(RouteClass.TURNS)
 
 
 class TurnRoute(LeanRoute):
@@ -73,6 +80,9 @@ class TurnRoute(LeanRoute):
         _database: _database,
         _tokens: _tokens,
         _idempotency_key: _idempotency_key,
+        usage_meter: usage_meter,
+        limit_context: lean_provider(RouteClass.CONTEXT),
+        limit_turns: lean_provider(RouteClass.TURNS),
     }
 
 
@@ -156,13 +166,16 @@ async def load_context(
     chat_id: ChatIdPath,
     body: Annotated[ContextRequest, Body(openapi_examples=CONTEXT_EXAMPLES)],
     principal: PrincipalDep,
+    _limited: Annotated[None, Depends(limit_context)],
     *,
     db: DatabaseDep,
     settings: SettingsDep,
     tokens: TokensDep,
+    meter: UsageMeterDep,
 ) -> Response:
     call = context.ContextCall(principal, chat_id, body)
     document = await context.load_context(db, call, settings=settings, tokens=tokens)
+    meter.context_served(principal.company_id)
     return Response(orjson.dumps(document), media_type="application/json")
 
 
@@ -189,14 +202,17 @@ async def save_turn(
     chat_id: ChatIdPath,
     body: Annotated[TurnRequest, Body(openapi_examples=TURN_EXAMPLES)],
     principal: PrincipalDep,
+    _limited: Annotated[None, Depends(limit_turns)],
     *,
     db: DatabaseDep,
     settings: SettingsDep,
     tokens: TokensDep,
     idempotency_key: IdempotencyKeyDep,
+    meter: UsageMeterDep,
 ) -> Response:
     submission = save.TurnSubmission(principal, chat_id, body, idempotency_key)
     outcome = await save.save_turn(db, submission, settings=settings, tokens=tokens)
+    meter.turn_saved(principal.company_id, replayed=outcome.replayed)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(
         outcome.body,

@@ -15,6 +15,14 @@ queued a job for is gone, so nothing is written and the turn is planned again on
 stored now: a fresh start, whose job is consolidated like any other); one that starts while
 the write is in flight waits for it to commit and deletes the whole turn
 (`repository.write_turn`). The same holds against an opt-out, which deletes the folder too.
+
+Quotas (`app/quotas`, docs/operations.md#quotas) cost no round trip while a user is under
+them: the settings read also reads the caller's quota marks, and the write queues a new job
+only while the user's waiting jobs, counted under a per-user lock, are fewer than the quota.
+Past it (the write stores nothing and says so), the turn is planned again with a read of the
+waiting jobs and its id appended to the newest queued one; a job claimed or filled between
+that read and the write makes the write store nothing, and the turn is planned again, like a
+turn whose memory was erased meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass
+from enum import Enum
 
 import asyncpg
 import orjson
@@ -32,16 +41,30 @@ from app.consolidation.kinds import CONSOLIDATION
 from app.conversations import repository as history
 from app.conversations.schemas import check_message_limits
 from app.db import Database
-from app.errors import Conflict, Forbidden, Unprocessable
+from app.errors import Conflict, Forbidden, QuotaExceeded, Unprocessable
 from app.folders.service import ensure_user_folder
-from app.jobs.enqueue import NewJob
+from app.jobs.enqueue import CoalescedItem, NewJob
+from app.quotas.limits import quota_limits
+from app.quotas.rule import (
+    NEW_JOB,
+    QUEUE_FULL_RETRY_AFTER_SECONDS,
+    QuotaLimits,
+    place_consolidation,
+    queue_full_detail,
+    stored_refusal,
+    users_with_memory_skip_reason,
+)
 from app.tokens import TokenCounter, TokenCounters
 from app.turns import idempotency, repository
 from app.turns.plan import TurnPlan, plan_turn, skip_reason
+from app.turns.repository import TurnWrite
 from app.turns.schemas import TurnRequest
 
 QUEUED, SKIPPED = 202, 201
 MAX_PLANS = 3  # a turn planned again this often lost its memory to an erasure each time
+# plans lost to the quota of waiting jobs (full at the write, or the job chosen to join claimed
+# or filled meanwhile) before a plan queues its job whatever the count
+MAX_QUEUE_PLANS = 6
 FOLDER_REFUSED_REASON = (
     "Context memory is enabled, but the access check refused creating your memory folder; "
     "nothing was queued."
@@ -93,15 +116,22 @@ async def save_turn(
         # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
         keyed = submission.idempotency_key is not None
         async with conn.transaction() if keyed else contextlib.nullcontext():
-            return await _save(conn, database, submission, settings, tokens)
+            services = _Services(database, settings, tokens, quota_limits(settings))
+            return await _save(conn, services, submission)
+
+
+@dataclass(frozen=True)
+class _Services:
+    """What planning and writing a turn use besides its connection."""
+
+    database: Database
+    settings: Settings
+    tokens: TokenCounters
+    limits: QuotaLimits
 
 
 async def _save(
-    conn: asyncpg.Connection,
-    database: Database,
-    submission: TurnSubmission,
-    settings: Settings,
-    tokens: TokenCounters,
+    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission
 ) -> TurnOutcome:
     principal, key = submission.principal, submission.idempotency_key
     # inside the caller's transaction: the lock lasts until COMMIT
@@ -112,29 +142,54 @@ async def _save(
             "A request with this Idempotency-Key is still in progress; retry later.",
             headers={"Retry-After": "1"},
         )
-    for _ in range(MAX_PLANS):
-        outcome = await _plan_and_write(conn, database, submission, settings, tokens)
-        if outcome is not None:
+    queue = Queue.COALESCE if services.limits.user_queued_jobs > 0 else Queue.ANYWAY
+    erased = queue_plans = 0
+    while erased < MAX_PLANS:
+        outcome = await _plan_and_write(conn, services, submission, queue)
+        if isinstance(outcome, TurnOutcome):
             return outcome
+        if outcome is TurnWrite.PLAN_AGAIN:
+            erased += 1
+            continue
+        queue_plans += 1
+        # the waiting job chosen was claimed or filled meanwhile: read the jobs again; after
+        # as many lost races, a job whatever the count, so that racing claims never leave the
+        # turn unsaved
+        queue = Queue.COALESCE if queue_plans < MAX_QUEUE_PLANS else Queue.ANYWAY
     raise Conflict(
         "Your memory was deleted while this turn was being saved; nothing was saved, retry.",
         headers={"Retry-After": "1"},
     )
 
 
+class Queue(Enum):
+    """How a plan queues the turn's consolidation under the quota of waiting jobs."""
+
+    COALESCE = "read the waiting jobs: a new job under the quota, else join the newest with room"
+    ANYWAY = "a new job whatever the count (no quota, or the last plan)"
+
+
 async def _plan_and_write(
-    conn: asyncpg.Connection,
-    database: Database,
-    submission: TurnSubmission,
-    settings: Settings,
-    tokens: TokenCounters,
-) -> TurnOutcome | None:
-    """Read the settings, plan the turn and write it; None when nothing was written because
-    the memory the plan queued a job for was deleted meanwhile (plan again)."""
+    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission, queue: Queue
+) -> TurnOutcome | TurnWrite:
+    """Read the settings, plan the turn and write it; when nothing was written, why: the
+    memory the plan queued a job for was deleted meanwhile (`PLAN_AGAIN`), or the waiting job
+    it coalesced the turn into was claimed or filled meanwhile (`JOB_TAKEN`).
+
+    Quotas: a caller the last quota check found over their history or their company's storage
+    quota is refused (409, nothing written); so is a turn whose user's waiting consolidation
+    jobs are as many as the quota allows and all full. Below that, once the user has as many
+    waiting jobs as the quota, the turn is coalesced into the newest queued one. The count is
+    read with the settings, in the same statement, not under a lock: turn-saves of one user in
+    flight together may each add a job, so the user's waiting jobs reach at most the quota plus
+    those (a lock and a fresh count on every turn-save cost a quarter of its throughput).
+    """
     principal, request, key = submission.principal, submission.request, submission.idempotency_key
+    settings, limits = services.settings, services.limits
     request_hash = None if key is None else idempotency.request_hash(submission.chat_id, request)
+    waiting_under = limits if queue is Queue.COALESCE else None
     row = await repository.select_turn_settings(
-        conn, principal.company_id, principal.user_id, request.space_id, key
+        conn, principal, request.space_id, key, waiting_under=waiting_under
     )
     if row.record is not None:
         if row.record.request_hash != request_hash:
@@ -143,29 +198,60 @@ async def _plan_and_write(
                 f"This {idempotency.HEADER} was already used with a different request.",
             )
         return TurnOutcome(row.record.response_status, row.record.response_body, replayed=True)
+    refused = stored_refusal(row.usage, limits)
+    if refused is not None:
+        raise QuotaExceeded(refused)
 
     skipped = skip_reason(row.settings)
     if skipped is None and not row.user_folder_exists:
-        skipped = await _provision_folder(database, principal)
+        skipped = await _provision_folder(
+            services.database, principal, limits, refuse_quota=submission.refuse_skipped
+        )
     if skipped is not None and submission.refuse_skipped:
         raise Conflict(f"Nothing was queued: {skipped}")
     plan = plan_turn(request, row.settings.space, skipped)
 
-    turn, messages = _new_rows(submission, plan, tokens.stored)
+    turn, messages = _new_rows(submission, plan, services.tokens.stored)
     payload = plan.job_payload(turn.id, request.space_id)
-    job = None
+    job, job_id = None, None
     if payload is not None:
-        job = NewJob(CONSOLIDATION, payload, settings.job_max_attempts)
+        job, job_id = _consolidation_job(
+            NewJob(CONSOLIDATION, payload, settings.job_max_attempts), row, services, queue
+        )
     status = QUEUED if job is not None else SKIPPED
-    body = turn_saved_json(turn.id, len(messages), job=job, skipped_reason=skipped)
+    body = turn_saved_json(turn.id, len(messages), job_id=job_id, skipped_reason=skipped)
     record = None
     if key is not None and request_hash is not None:
         record = history.NewIdempotencyRecord(
             key, request_hash, status, body, settings.idempotency_ttl_hours
         )
-    if not await repository.write_turn(conn, turn, messages, job=job, record=record):
-        return None
+    written = await repository.write_turn(conn, turn, messages, job=job, record=record)
+    if written is not TurnWrite.WRITTEN:
+        return written
     return TurnOutcome(status, body, replayed=False)
+
+
+def _consolidation_job(
+    job: NewJob, row: repository.TurnSettingsRow, services: _Services, queue: Queue
+) -> tuple[NewJob | CoalescedItem, uuid.UUID]:
+    """What the write queues for the turn's consolidation `job`, and the id of the job that
+    will hold the turn; 409 when every waiting job of the user is full."""
+    limits = services.limits
+    if queue is Queue.ANYWAY:
+        return job, job.id
+    placement = NEW_JOB if row.waiting is None else place_consolidation(row.waiting, limits)
+    if placement is None:
+        raise QuotaExceeded(
+            queue_full_detail(limits),
+            headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_SECONDS)},
+        )
+    if placement.coalesce_into is None:
+        return job, job.id
+    turn_id = job.payload["turn_id"]
+    if not isinstance(turn_id, str):
+        raise TypeError("a turn's consolidation payload names its turn")
+    coalesced = CoalescedItem(placement.coalesce_into, turn_id, limits.job_max_turns)
+    return coalesced, coalesced.job_id
 
 
 def _new_rows(
@@ -194,13 +280,13 @@ def turn_saved_json(
     turn_id: uuid.UUID,
     saved_messages: int,
     *,
-    job: NewJob | None,
+    job_id: uuid.UUID | None,
     skipped_reason: str | None,
 ) -> bytes:
     """The `TurnSaved` answer, written once as bytes (the tests hold it to the schema)."""
     consolidation = (
-        {"status": "queued", "job_id": job.id, "reason": None}
-        if job is not None
+        {"status": "queued", "job_id": job_id, "reason": None}
+        if job_id is not None
         else {"status": "skipped", "job_id": None, "reason": skipped_reason}
     )
     return orjson.dumps(
@@ -208,15 +294,24 @@ def turn_saved_json(
     )
 
 
-async def _provision_folder(database: Database, principal: Principal) -> str | None:
+async def _provision_folder(
+    database: Database, principal: Principal, limits: QuotaLimits, *, refuse_quota: bool
+) -> str | None:
     """Create the per-user folder (first turn), committed on its own; the reason to skip
-    consolidation if refused.
+    consolidation if refused (by the access check, or because the company has as many users
+    with memory as its quota allows; with `refuse_quota` the latter is the 409 itself).
 
     A refused folder must not lose the exchange: history is saved either way.
     """
     try:
         async with database.sessionmaker() as session, session.begin():
-            await ensure_user_folder(session, principal)
+            await ensure_user_folder(
+                session, principal, users_with_memory_quota=limits.company_users_with_memory
+            )
     except Forbidden:
         return FOLDER_REFUSED_REASON
+    except QuotaExceeded:
+        if refuse_quota:
+            raise
+        return users_with_memory_skip_reason(limits)
     return None

@@ -64,7 +64,8 @@ async def race_turn_saves_with_an_erasure(
 
 
 async def stored_turns(app: FastAPI) -> dict[str, Any]:
-    """What is stored of the user: turns, messages per turn, jobs with the turn they name."""
+    """What is stored of the user: turns, messages per turn, jobs with each turn they name (past
+    the quota of waiting jobs, turns are coalesced into a job's `turn_ids`), keyed by both."""
     params = {"c": COMPANY, "u": USER}
     where = "company_id = :c AND user_id = :u"
     turns = {str(r.id) for r in await rows(app, f"SELECT id FROM turns WHERE {where}", **params)}  # noqa: S608
@@ -77,11 +78,13 @@ async def stored_turns(app: FastAPI) -> dict[str, Any]:
         )
     }
     jobs = {
-        str(r.id): r
+        f"{r.id}:{r.turn_id}": r
         for r in await rows(
             app,
-            "SELECT id, payload->>'turn_id' AS turn_id, status, outcome, error_class"  # noqa: S608
-            f" FROM jobs WHERE {where}",
+            "SELECT id, named.turn_id, status, outcome, error_class FROM jobs"  # noqa: S608
+            " CROSS JOIN LATERAL (SELECT payload->>'turn_id' UNION ALL SELECT"
+            " jsonb_array_elements_text(coalesce(payload->'turn_ids', '[]'))) named(turn_id)"
+            f" WHERE {where} AND named.turn_id IS NOT NULL",
             **params,
         )
     }
@@ -105,7 +108,7 @@ async def assert_each_turn_whole(app: FastAPI, race: Race, before: int) -> set[s
     assert found["turns"] == kept, "a turn the erasure should have deleted (or nobody saved)"
     assert set(found["messages"]) == kept, "messages without their turn, or a turn without them"
     assert all(n == 2 for n in found["messages"].values())
-    jobs_by_turn = {job.turn_id: job_id for job_id, job in found["jobs"].items()}
+    jobs_by_turn = {job.turn_id: str(job.id) for job in found["jobs"].values()}
     assert set(jobs_by_turn) == kept, (
         f"{len(set(jobs_by_turn) - kept)} jobs of deleted turns left, "
         f"{len(kept - set(jobs_by_turn))} kept turns without their job"
@@ -116,7 +119,7 @@ async def assert_each_turn_whole(app: FastAPI, race: Race, before: int) -> set[s
     deleted = race.erasure["deleted"]
     assert deleted["turns"] == before + len(gone)
     assert deleted["messages"] == 2 * (before + len(gone))
-    assert deleted["jobs"] == before + len(gone)
+    assert deleted["jobs"] == before + len({s.job_id for s in gone})
     return kept
 
 

@@ -20,8 +20,9 @@ import pytest
 from fastapi import FastAPI
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.quotas.maintenance import quota_check_step
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
-from tests.helpers.db import rows, scalar
+from tests.helpers.db import database_of, rows, scalar
 from tests.helpers.settings import memory_policy_body, patch_user_settings
 from tests.helpers.worker import make_handler, make_worker
 
@@ -46,6 +47,8 @@ KEPT_BY_OPT_OUT: Final = {
     "company_feature_flags": "true",
     "space_settings": "true",
     "company_memory_policies": "true",
+    "company_rate_limits": "true",
+    "user_quota_marks": "true",  # counted from the history, which stays
 }
 # The erasure (`app/erasure/service.py`) keeps one audit event: who was erased, with counts.
 KEPT_BY_ERASURE: Final = {
@@ -84,7 +87,9 @@ SEEDED_TABLES: Final = frozenset(
         "company_feature_flags",
         "space_settings",
         "company_memory_policies",
+        "company_rate_limits",
         "memory_policy_actions",
+        "user_quota_marks",
     }
 )
 # Where text the user writes lands (memory, messages, chat and space ids, keys, job payloads).
@@ -179,11 +184,11 @@ def profile_of(who: Person) -> str:
 async def seed(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, who: Person, *, admin: bool
 ) -> None:
-    """Everything the user can leave: a company flag, the memory policy and a space changed (as
-    operator and space admin, with `admin`), the stored setting, a profile (with a value the
-    memory policy redacts), two keyed turns with the canary in the chat id, space id, model
-    name, key and messages, an explicit consolidation, and a job that the worker ran (the
-    others stay queued)."""
+    """Everything the user can leave: a company flag, the memory policy, the rate limits and a
+    space changed (as operator and space admin, with `admin`), the stored setting, a profile
+    (with a value the memory policy redacts), two keyed turns with the canary in the chat id,
+    space id, model name, key and messages, an explicit consolidation, and a job that the
+    worker ran (the others stay queued)."""
     me = auth(who.user_id, COMPANY)
     if admin:
         operator = auth(who.user_id, COMPANY, OPERATOR)
@@ -193,6 +198,11 @@ async def seed(
         policy = memory_policy_body(phone_numbers="allow")
         response = await client.put(
             f"/v1/companies/{COMPANY}/memory-policy", json=policy, headers=operator
+        )
+        assert response.status_code == 200, response.text
+        limits = {"turns": {"user": {"quota": 500, "window_seconds": 60}}}
+        response = await client.put(
+            f"/v1/companies/{COMPANY}/rate-limits", json=limits, headers=operator
         )
         assert response.status_code == 200, response.text
         space_admin = auth(who.user_id, COMPANY, SPACE_ADMIN)
@@ -231,6 +241,9 @@ async def seed(
     assert response.status_code == 202, response.text
     handler, metrics, _ = make_handler(app)
     assert await make_worker(app, handler, metrics).run_once() is not None
+    # the quota check, at a limit this user's history is over: a mark naming the user
+    check = quota_check_step(user_history_messages=1, company_storage_bytes=0, interval_seconds=300)
+    assert await check(database_of(app).engine) > 0
 
 
 async def drain(app: FastAPI) -> None:

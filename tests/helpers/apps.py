@@ -32,6 +32,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "llm_provider": "rules",
         "db_pool_size": 5,
         "db_connect_timeout_seconds": 2.0,
+        # no periodic write of the usage counts during a test (a test flushes them itself):
+        # tests comparing the whole database before and after a request stay exact
+        "usage_flush_seconds": 86_400,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)

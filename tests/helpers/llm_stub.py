@@ -9,8 +9,12 @@ the running event loop. Each test scripts the answers it expects to be asked for
     assert [r.model for r in llm_stub.requests] == ["gpt-4o-mini", "gpt-4o-mini"]
 
 A request arriving with the script empty is recorded and answered 500 (`type`
-"stub_script_exhausted"), so an unexpected call fails visibly. Serves `POST /v1/chat/completions`
-and the Azure form `POST /openai/deployments/{deployment}/chat/completions`.
+"stub_script_exhausted"), so an unexpected call fails visibly. `answers` records what the stub
+itself answered, per request, in the order the answers were sent: the HTTP status and, for a
+completion, the model and the `usage` tokens it reported (what a provider would bill).
+
+Serves `POST /v1/chat/completions` and the Azure form
+`POST /openai/deployments/{deployment}/chat/completions`.
 """
 
 from __future__ import annotations
@@ -136,6 +140,33 @@ class RecordedRequest:
         return self.body.get("messages")
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the stub answered one request with. `model`, `prompt_tokens`, `completion_tokens`
+    and `finish_reason` are those of the completion it sent (tokens as its `usage` block said,
+    0 without one); None and 0 for an answer that is not a completion (an HTTP error, a
+    malformed body)."""
+
+    request: RecordedRequest
+    status: int
+    model: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def completion(self) -> bool:
+        return self.model is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Billed:
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
 # --- the server ----------------------------------------------------------------------------
 
 
@@ -152,6 +183,7 @@ class StubLLMServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.answers: list[Answer] = []
         self._script: deque[ScriptStep] = deque()
         self._port: int | None = None
         self._server: _Server | None = None
@@ -244,15 +276,15 @@ class StubLLMServer:
         except ValueError:
             parsed = None
         body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
-        self.requests.append(
-            RecordedRequest(
-                path=request.url.path,
-                query=dict(request.query_params),
-                headers={name.lower(): value for name, value in request.headers.items()},
-                body=body,
-            )
+        recorded = RecordedRequest(
+            path=request.url.path,
+            query=dict(request.query_params),
+            headers={name.lower(): value for name, value in request.headers.items()},
+            body=body,
         )
+        self.requests.append(recorded)
         if not self._script:
+            self.answers.append(Answer(recorded, 500))
             return JSONResponse(
                 {
                     "error": {
@@ -263,22 +295,38 @@ class StubLLMServer:
                 },
                 status_code=500,
             )
-        return await self._answer(self._script.popleft(), body)
+        response, billed = await self._answer(self._script.popleft(), body)
+        if billed is None:
+            self.answers.append(Answer(recorded, response.status_code))
+        else:
+            self.answers.append(
+                Answer(
+                    recorded,
+                    response.status_code,
+                    billed.model,
+                    billed.prompt_tokens,
+                    billed.completion_tokens,
+                    billed.finish_reason,
+                )
+            )
+        return response
 
-    async def _answer(self, step: ScriptStep, body: dict[str, Any]) -> Response:
+    async def _answer(
+        self, step: ScriptStep, body: dict[str, Any]
+    ) -> tuple[Response, _Billed | None]:
         match step:
             case Reply():
                 message = {"role": "assistant", "content": step.text, "refusal": None}
-                return JSONResponse(
-                    self._completion(body, message, step.finish_reason, step.model, step)
-                )
+                completion = self._completion(body, message, step.finish_reason, step.model, step)
+                return JSONResponse(completion), _billed(completion)
             case Refusal():
                 message = {"role": "assistant", "content": None, "refusal": step.text}
-                return JSONResponse(self._completion(body, message, "stop", None, None))
+                completion = self._completion(body, message, "stop", None, None)
+                return JSONResponse(completion), _billed(completion)
             case Status(body=str() as text):
-                return Response(text, step.code, dict(step.headers), media_type="text/plain")
+                return Response(text, step.code, dict(step.headers), media_type="text/plain"), None
             case Status(body=Mapping() as payload):
-                return JSONResponse(dict(payload), step.code, dict(step.headers))
+                return JSONResponse(dict(payload), step.code, dict(step.headers)), None
             case Status():
                 default = {
                     "error": {
@@ -287,13 +335,13 @@ class StubLLMServer:
                         "code": None,
                     }
                 }
-                return JSONResponse(default, step.code, dict(step.headers))
+                return JSONResponse(default, step.code, dict(step.headers)), None
             case Delay():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), step.seconds)
                 return await self._answer(step.then, body)
             case Malformed():
-                return Response(step.body, 200, media_type=step.content_type)
+                return Response(step.body, 200, media_type=step.content_type), None
 
     def _completion(
         self,
@@ -321,6 +369,16 @@ class StubLLMServer:
                 "total_tokens": tokens_in + tokens_out,
             }
         return completion
+
+
+def _billed(completion: dict[str, Any]) -> _Billed:
+    usage = completion.get("usage") or {}
+    return _Billed(
+        model=completion["model"],
+        prompt_tokens=usage.get("prompt_tokens", 0),
+        completion_tokens=usage.get("completion_tokens", 0),
+        finish_reason=completion["choices"][0]["finish_reason"],
+    )
 
 
 @pytest.fixture(name="llm_stub")

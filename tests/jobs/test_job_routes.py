@@ -201,9 +201,6 @@ async def test_an_operator_retries_a_dead_job(
     await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
     dead = await kill(engine)
     [queued] = await enqueue(sessions, "bob", max_attempts=3, payload=SECRET_PAYLOAD)
-    [foreign] = await enqueue(
-        sessions, "carol", company="other-co", max_attempts=3, payload=SECRET_PAYLOAD
-    )
     headers = auth("olga", "ops", OPERATOR)
 
     response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=headers)
@@ -218,6 +215,10 @@ async def test_an_operator_retries_a_dead_job(
     again = await claim_one(engine, batch_size=1, coalesce=())
     assert again.jobs[0].id == dead
 
+    # queued after that claim: a company never served would be claimed first
+    [foreign] = await enqueue(
+        sessions, "carol", company="other-co", max_attempts=3, payload=SECRET_PAYLOAD
+    )
     not_dead = await client.post(f"/v1/companies/acme/jobs/{queued}/retry", headers=headers)
     assert not_dead.status_code == 409
     for path in (

@@ -7,7 +7,7 @@ from itertools import groupby
 
 import httpx
 
-from tests.helpers.apps import AuthFactory
+from tests.helpers.apps import AuthFactory, client_with
 from tests.helpers.turns import save_turn, stored, user
 
 CHATS = ("chat-a", "chat-b", "chat-c", "chat-d")
@@ -16,8 +16,14 @@ CONCURRENCY = 16
 
 
 async def test_concurrent_turn_saves_keep_each_turn_whole_and_contiguous(
-    client: httpx.AsyncClient, auth: AuthFactory
+    database_url: str, auth: AuthFactory
 ) -> None:
+    # more turns of one user than the default rate limit lets through in a minute
+    async with client_with(database_url, rate_limit_turns_user="1000/60") as client:
+        await _save_concurrently_and_check(client, auth)
+
+
+async def _save_concurrently_and_check(client: httpx.AsyncClient, auth: AuthFactory) -> None:
     """200 turn-saves spread over 4 chats, 16 in flight at a time.
 
     Turns of one chat that are in flight together have no order between themselves, so the

@@ -1,0 +1,142 @@
+"""The operators' rate-limit overrides: read them with the limits in force, replace them
+(audited), and keep every process's copy fresh."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from app.auth import Principal
+from app.config import Settings
+from app.enablement import audit
+from app.enablement.audit import Actor, changed_fields
+from app.rate_limits import repository
+from app.rate_limits.limiter import Overrides, RateLimiter
+from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope
+
+logger = logging.getLogger("app.rate_limits")
+
+
+@dataclass(frozen=True)
+class RateLimitsView:
+    """A company's limits in force per class, which scopes its overrides set, and who saved
+    them last (None for a company that never saved any)."""
+
+    company_id: str
+    limits: dict[RouteClass, ClassLimits]
+    overrides: Overrides
+    processes: int
+    record: repository.OverridesRecord | None
+
+
+def view_of(
+    limiter: RateLimiter, company_id: str, record: repository.OverridesRecord | None
+) -> RateLimitsView:
+    overrides = {} if record is None else record.overrides
+    preview = RateLimiter(limiter.defaults, processes=limiter.processes)  # no buckets: a view
+    preview.set_overrides(company_id, overrides)
+    limits = {route_class: preview.limits(route_class, company_id) for route_class in RouteClass}
+    return RateLimitsView(company_id, limits, overrides, limiter.processes, record)
+
+
+async def read_rate_limits(
+    session: AsyncSession, limiter: RateLimiter, company_id: str
+) -> RateLimitsView:
+    return view_of(limiter, company_id, await repository.select_overrides(session, company_id))
+
+
+def _fields(overrides: Overrides) -> dict[str, object]:
+    """The audit trail's form: class -> scope -> `"QUOTA/WINDOW"`, `"off"` or `"default"`."""
+    return {
+        route_class.value: {
+            scope.value: _describe(overrides.get(route_class, {}), scope) for scope in Scope
+        }
+        for route_class in RouteClass
+    }
+
+
+def _describe(scopes: Mapping[Scope, Limit | None], scope: Scope) -> str:
+    if scope not in scopes:
+        return "default"
+    limit = scopes[scope]
+    return "off" if limit is None else str(limit)
+
+
+async def set_rate_limits(
+    session: AsyncSession,
+    limiter: RateLimiter,
+    actor: Principal,
+    company_id: str,
+    overrides: Overrides,
+) -> RateLimitsView:
+    """Replace the company's overrides (every class; a class or scope left out is the
+    default), audited with the changed fields old -> new, under a row lock. Equal to the ones
+    saved, nothing is written nor recorded. This process applies them at once, the others at
+    their next refresh (`RATE_LIMIT_REFRESH_SECONDS`)."""
+    stored = await repository.select_overrides(session, company_id, for_update=True)
+    current: Overrides = {} if stored is None else stored.overrides
+    old, new = changed_fields(_fields(current), _fields(overrides))
+    if not new and not old:
+        return view_of(limiter, company_id, stored)
+    editor = Actor.of(actor)
+    saved = await repository.upsert_overrides(session, company_id, overrides, editor)
+    await audit.record_event(
+        session,
+        company_id,
+        audit.AuditEntry(
+            actor=editor,
+            action="rate_limits.set",
+            target_kind="rate_limits",
+            target_id=company_id,
+            old=old,
+            new=new,
+        ),
+    )
+    limiter.set_overrides(company_id, overrides)
+    return view_of(limiter, company_id, saved)
+
+
+async def refresh_overrides(engine: AsyncEngine, limiter: RateLimiter) -> None:
+    """Read every company's overrides into `limiter`."""
+    async with engine.connect() as conn:
+        limiter.replace_overrides(await repository.select_all_overrides(conn))
+
+
+async def keep_overrides_fresh(engine: AsyncEngine, limiter: RateLimiter, interval: float) -> None:
+    """Refresh the overrides every `interval` seconds until cancelled; a failed read (the
+    database away) keeps the last copy and is tried again at the next interval."""
+    while True:
+        try:
+            await refresh_overrides(engine, limiter)
+        except Exception as exc:
+            logger.warning("rate-limit overrides not refreshed: %s", type(exc).__name__)
+        await asyncio.sleep(interval)
+
+
+def last_saved(view: RateLimitsView) -> tuple[datetime | None, str | None, str | None]:
+    record = view.record
+    if record is None:
+        return None, None, None
+    return record.updated_at, record.updated_by_company_id, record.updated_by
+
+
+def limiter_for(settings: Settings) -> RateLimiter:
+    """This process's limiter: the `RATE_LIMIT_*` defaults, and its share of them (one of
+    `RATE_LIMIT_REPLICAS` x `API_WORKERS` processes)."""
+    defaults = {
+        route_class: ClassLimits(
+            user=Limit.parse(getattr(settings, f"rate_limit_{route_class.value}_user")),
+            company=Limit.parse(getattr(settings, f"rate_limit_{route_class.value}_company")),
+        )
+        for route_class in RouteClass
+    }
+    return RateLimiter(
+        defaults,
+        processes=settings.rate_limit_replicas * settings.api_workers,
+        refusal_delay_seconds=settings.rate_limit_refusal_delay_seconds,
+    )

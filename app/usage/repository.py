@@ -1,0 +1,241 @@
+"""SQL of usage metering and the model budget: additive upserts of counts and model calls, the
+report's reads, the worker's one-statement read of a budget and its month's spend, the
+crossings' once-only insert, and the operator's budget read and save. Flushes, never commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any, cast
+
+from sqlalchemy import Select, Table, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from app.usage.budget import Budget, BudgetStatus, Period, WhenSpent
+from app.usage.models import (
+    CompanyModelBudget,
+    ModelBudgetCrossing,
+    UsageDailyCount,
+    UsageDailyModelCall,
+)
+
+COUNTS = cast(Table, UsageDailyCount.__table__)
+MODEL_CALLS = cast(Table, UsageDailyModelCall.__table__)
+BUDGETS = cast(Table, CompanyModelBudget.__table__)
+CROSSINGS = cast(Table, ModelBudgetCrossing.__table__)
+Executor = AsyncSession | AsyncConnection
+
+CountKey = tuple[str, date, str]
+"""(company_id, day, counter)"""
+CallKey = tuple[str, date, str, str]
+"""(company_id, day, kind, model)"""
+
+
+@dataclass(frozen=True)
+class CallTotals:
+    """Answered calls and the tokens the provider reported for them."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    def __add__(self, other: CallTotals) -> CallTotals:
+        return CallTotals(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+# --- writes: additive, so any number of processes may write the same rows ----------------------
+
+
+async def add_counts(executor: Executor, counts: Mapping[CountKey, int]) -> None:
+    """Add each count to its (company, day, counter) row, creating it; one statement."""
+    if not counts:
+        return
+    values = [
+        {"company_id": company, "day": day, "counter": counter, "count": count}
+        for (company, day, counter), count in sorted(counts.items())
+    ]
+    statement = insert(COUNTS).values(values)
+    await executor.execute(
+        statement.on_conflict_do_update(
+            index_elements=[COUNTS.c.company_id, COUNTS.c.day, COUNTS.c.counter],
+            set_={"count": COUNTS.c.count + statement.excluded.count},
+        )
+    )
+
+
+async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals]) -> None:
+    """Add each total to its (company, day, kind, model) row, creating it; one statement.
+
+    Rows are written in key order, so concurrent writers lock them in the same order."""
+    if not calls:
+        return
+    values = [
+        {
+            "company_id": company,
+            "day": day,
+            "kind": kind,
+            "model": model,
+            "calls": totals.calls,
+            "prompt_tokens": totals.prompt_tokens,
+            "completion_tokens": totals.completion_tokens,
+        }
+        for (company, day, kind, model), totals in sorted(calls.items())
+    ]
+    statement = insert(MODEL_CALLS).values(values)
+    excluded = statement.excluded
+    await executor.execute(
+        statement.on_conflict_do_update(
+            index_elements=[
+                MODEL_CALLS.c.company_id,
+                MODEL_CALLS.c.day,
+                MODEL_CALLS.c.kind,
+                MODEL_CALLS.c.model,
+            ],
+            set_={
+                "calls": MODEL_CALLS.c.calls + excluded.calls,
+                "prompt_tokens": MODEL_CALLS.c.prompt_tokens + excluded.prompt_tokens,
+                "completion_tokens": MODEL_CALLS.c.completion_tokens + excluded.completion_tokens,
+            },
+        )
+    )
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+async def select_counts(
+    session: AsyncSession, company_id: str, first: date, last: date
+) -> list[tuple[date, str, int]]:
+    """(day, counter, count) of the company's days from `first` to `last`, both included."""
+    rows = await session.execute(
+        select(COUNTS.c.day, COUNTS.c.counter, COUNTS.c.count.label("n"))
+        .where(COUNTS.c.company_id == company_id, COUNTS.c.day.between(first, last))
+        .order_by(COUNTS.c.day, COUNTS.c.counter)
+    )
+    return [(row.day, row.counter, int(row.n)) for row in rows]
+
+
+async def select_model_calls(
+    session: AsyncSession, company_id: str, first: date, last: date
+) -> list[tuple[date, str, str, CallTotals]]:
+    """(day, kind, model, totals) of the company's days from `first` to `last`, both included."""
+    rows = await session.execute(
+        select(MODEL_CALLS)
+        .where(MODEL_CALLS.c.company_id == company_id, MODEL_CALLS.c.day.between(first, last))
+        .order_by(MODEL_CALLS.c.day, MODEL_CALLS.c.kind, MODEL_CALLS.c.model)
+    )
+    return [
+        (
+            row.day,
+            row.kind,
+            row.model,
+            CallTotals(int(row.calls), int(row.prompt_tokens), int(row.completion_tokens)),
+        )
+        for row in rows
+    ]
+
+
+# --- the budget ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    budget: Budget
+    updated_at: datetime
+
+
+async def select_budget(
+    session: AsyncSession, company_id: str, *, for_update: bool = False
+) -> BudgetRecord | None:
+    """The company's saved budget, or None (no budget); `for_update` row-locks it."""
+    statement = select(BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, BUDGETS.c.updated_at).where(
+        BUDGETS.c.company_id == company_id
+    )
+    if for_update:
+        statement = statement.with_for_update()
+    row = (await session.execute(statement)).first()
+    if row is None:
+        return None
+    budget = Budget(row.monthly_tokens, cast(WhenSpent, row.when_spent))
+    return BudgetRecord(budget, row.updated_at)
+
+
+async def upsert_budget(session: AsyncSession, company_id: str, budget: Budget) -> BudgetRecord:
+    values = insert(BUDGETS).values(
+        company_id=company_id,
+        monthly_tokens=budget.monthly_tokens,
+        when_spent=budget.when_spent,
+    )
+    statement = values.on_conflict_do_update(
+        index_elements=[BUDGETS.c.company_id],
+        set_={
+            "monthly_tokens": values.excluded.monthly_tokens,
+            "when_spent": values.excluded.when_spent,
+            "updated_at": func.now(),
+        },
+    ).returning(BUDGETS.c.updated_at)
+    updated_at = (await session.execute(statement)).scalar_one()
+    return BudgetRecord(budget, updated_at)
+
+
+async def month_spend(executor: Executor, company_id: str, period: Period) -> int:
+    """Prompt plus completion tokens of the company's model calls in `period`."""
+    spent = await executor.scalar(_spend_of(company_id, period))
+    return int(spent or 0)
+
+
+def _spend_of(company_id: str, period: Period) -> Select[Any]:
+    return select(
+        func.coalesce(func.sum(MODEL_CALLS.c.prompt_tokens + MODEL_CALLS.c.completion_tokens), 0)
+    ).where(
+        MODEL_CALLS.c.company_id == company_id,
+        MODEL_CALLS.c.day >= period.start,
+        MODEL_CALLS.c.day < period.end,
+    )
+
+
+async def select_budget_status(
+    executor: Executor, company_id: str, period: Period
+) -> BudgetStatus | None:
+    """The worker's check before a model call, in ONE statement over two primary keys: the
+    company's budget and its spend in `period`. None when the company has no budget."""
+    spend = _spend_of(company_id, period).scalar_subquery()
+    row = (
+        await executor.execute(
+            select(BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, spend.label("spent")).where(
+                BUDGETS.c.company_id == company_id
+            )
+        )
+    ).first()
+    if row is None:
+        return None
+    budget = Budget(row.monthly_tokens, cast(WhenSpent, row.when_spent))
+    return BudgetStatus(budget, int(row.spent), period)
+
+
+async def record_crossings(
+    executor: Executor, company_id: str, period: Period, thresholds_percent: Sequence[int]
+) -> list[int]:
+    """Record the thresholds as crossed in `period`; returns those that were not yet: the
+    caller that gets a threshold back is the only one, across all processes, to get it."""
+    if not thresholds_percent:
+        return []
+    statement = (
+        insert(CROSSINGS)
+        .values(
+            [
+                {"company_id": company_id, "period": period.start, "threshold_percent": t}
+                for t in sorted(thresholds_percent)
+            ]
+        )
+        .on_conflict_do_nothing()
+        .returning(CROSSINGS.c.threshold_percent)
+    )
+    return sorted(int(t) for t in (await executor.execute(statement)).scalars())
