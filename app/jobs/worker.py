@@ -61,8 +61,9 @@ Maintenance = Callable[[AsyncEngine], Awaitable[int]]
 MAINTENANCE_INTERVAL_SECONDS: Final = 300.0
 
 JobHandler = Callable[[ClaimedJob, asyncio.Event], Awaitable[str]]
-"""Runs one claim; returns the outcome (`noop` | `updated`) after committing it with
-`complete_jobs`. The event is set when the lease was lost: stop and write nothing."""
+"""Runs one claim; returns the outcome after committing it: `noop` | `updated` with
+`complete_jobs`, or `deferred` with `defer_jobs` (the claim put back for later, its attempt not
+counted). The event is set when the lease was lost: stop and write nothing."""
 
 
 def default_worker_id() -> str:
