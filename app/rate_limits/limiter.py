@@ -26,6 +26,7 @@ from app.rate_limits.policy import (
     Limit,
     RouteClass,
     Scope,
+    in_force,
     policy_field,
     policy_name,
     state_field,
@@ -69,6 +70,7 @@ class _Plan(NamedTuple):
 
 
 _UNLIMITED: Final = Verdict(())
+NO_LIMITS: Final = ClassLimits(None, None)
 
 
 class _Slot(Bucket):
@@ -117,14 +119,8 @@ class RateLimiter:
 
     def limits(self, route_class: RouteClass, company_id: str) -> ClassLimits:
         """The limits in force for the company (its overrides over the defaults), whole."""
-        default = self.defaults.get(route_class, ClassLimits(None, None))
-        override = self._overrides.get(company_id, {}).get(route_class)
-        if not override:
-            return default
-        return ClassLimits(
-            user=override.get(Scope.USER, default.user),
-            company=override.get(Scope.COMPANY, default.company),
-        )
+        default = self.defaults.get(route_class, NO_LIMITS)
+        return in_force(default, self._overrides.get(company_id, {}).get(route_class))
 
     def replace_overrides(self, overrides: Mapping[str, Overrides]) -> None:
         """Every company's overrides, as the database holds them now."""

@@ -13,6 +13,7 @@ with `r` (requests remaining now) and `t` (seconds until the bucket is full agai
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, NamedTuple
@@ -83,6 +84,17 @@ class ClassLimits:
         return self.user if scope is Scope.USER else self.company
 
 
+def in_force(default: ClassLimits, override: Mapping[Scope, Limit | None] | None) -> ClassLimits:
+    """A class's limits with a company's override over the default, scope by scope (a scope
+    the override leaves out keeps the default; None in it is no limit)."""
+    if not override:
+        return default
+    return ClassLimits(
+        user=override.get(Scope.USER, default.user),
+        company=override.get(Scope.COMPANY, default.company),
+    )
+
+
 class Bucket:
     """A token bucket's state: `tokens` at monotonic instant `at`."""
 
@@ -138,9 +150,3 @@ def policy_field(limits: tuple[tuple[str, Limit], ...]) -> bytes:
 def state_field(checks: tuple[Checked, ...]) -> bytes:
     """`RateLimit`: each limit's state after the request."""
     return ", ".join(f'"{c.name}";r={c.remaining};t={c.reset_seconds}' for c in checks).encode()
-
-
-def header_fields(checks: tuple[Checked, ...]) -> list[tuple[bytes, bytes]]:
-    """`RateLimit-Policy` and `RateLimit` for the limits that applied to a request."""
-    policy = policy_field(tuple((c.name, c.limit) for c in checks))
-    return [(b"ratelimit-policy", policy), (b"ratelimit", state_field(checks))]

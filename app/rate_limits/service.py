@@ -16,8 +16,8 @@ from app.config import Settings
 from app.enablement import audit
 from app.enablement.audit import Actor, changed_fields
 from app.rate_limits import repository
-from app.rate_limits.limiter import Overrides, RateLimiter
-from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope
+from app.rate_limits.limiter import NO_LIMITS, Overrides, RateLimiter
+from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope, in_force
 
 logger = logging.getLogger("app.rate_limits")
 
@@ -37,10 +37,15 @@ class RateLimitsView:
 def view_of(
     limiter: RateLimiter, company_id: str, record: repository.OverridesRecord | None
 ) -> RateLimitsView:
-    overrides = {} if record is None else record.overrides
-    preview = RateLimiter(limiter.defaults, processes=limiter.processes)  # no buckets: a view
-    preview.set_overrides(company_id, overrides)
-    limits = {route_class: preview.limits(route_class, company_id) for route_class in RouteClass}
+    """The limits `record`'s overrides put in force over `limiter`'s defaults (whatever this
+    process holds for the company now)."""
+    overrides: Overrides = {} if record is None else record.overrides
+    limits = {
+        route_class: in_force(
+            limiter.defaults.get(route_class, NO_LIMITS), overrides.get(route_class)
+        )
+        for route_class in RouteClass
+    }
     return RateLimitsView(company_id, limits, overrides, limiter.processes, record)
 
 

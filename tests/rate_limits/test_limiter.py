@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.rate_limits.limiter import RateLimiter
-from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope, header_fields
+from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope
 
 
 class Clock:
@@ -106,7 +106,7 @@ def test_overrides_replace_the_defaults_per_scope() -> None:
 def test_the_header_fields_follow_the_ietf_draft() -> None:
     rate, _ = limiter("3/60", "5/60")
     rate.check(RouteClass.TURNS, "acme", "alice")
-    fields = dict(header_fields(rate.check(RouteClass.TURNS, "acme", "alice").checks))
+    fields = dict(rate.check(RouteClass.TURNS, "acme", "alice").header_fields())
     assert fields[b"ratelimit-policy"] == b'"turns-user";q=3;w=60, "turns-company";q=5;w=60'
     # r: tokens left; t: seconds until the bucket is full again (2 tokens at 20 s each)
     assert fields[b"ratelimit"] == b'"turns-user";r=1;t=40, "turns-company";r=3;t=24'
