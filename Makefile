@@ -50,8 +50,10 @@ test-browser: $(STAMP) $(IDP_STAMP)
 	.ci/install-chromium
 	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
-# The soak variants of the fault tests (marker `long`), about a minute each.
+# The soak variants of the fault tests (marker `long`), about a minute each; the failovers
+# under pg_auto_failover, installed from Debian's packages when missing (skipped without it).
 test-long: $(STAMP)
+	.ci/install-pg-auto-failover
 	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)

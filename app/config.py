@@ -10,7 +10,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -568,10 +568,36 @@ def is_loopback_host(host: str) -> bool:
 
 
 def to_asyncpg_url(url: str) -> str:
+    """`url` for SQLAlchemy's asyncpg dialect: its scheme, and several hosts (libpq's
+    `postgresql://u@h1:5433,h2:5434/db` or `postgresql://u@/db?host=h1,h2&port=5433,5434`)
+    respelled as the one form the dialect reads whole, a `host=h:port` parameter per host; the
+    other parameters (`target_session_attrs`) are kept. A single-host URL keeps its spelling."""
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url[len(prefix) :]
+            return _one_host_parameter_each("postgresql+asyncpg://" + url[len(prefix) :])
     raise ValueError("DATABASE_URL must start with postgresql:// or postgresql+asyncpg://")
+
+
+def _one_host_parameter_each(url: str) -> str:
+    parts = urlsplit(url)
+    userinfo, at, netloc_hosts = parts.netloc.rpartition("@")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    query_hosts = [h for name, value in query if name == "host" for h in value.split(",")]
+    hosts = query_hosts or [h for h in netloc_hosts.split(",") if h]
+    if len(hosts) < 2:
+        return url
+    ports = [p for name, value in query if name == "port" for p in value.split(",")]
+    if len(ports) not in {0, 1, len(hosts)}:
+        raise ValueError(f"DATABASE_URL names {len(hosts)} hosts and {len(ports)} ports")
+    listed: list[tuple[str, str]] = []
+    for number, entry in enumerate(hosts):
+        host, colon, port = entry.rpartition(":")
+        if not colon or "]" in port or "/" in port:  # no port of its own
+            host, port = entry, ports[number % len(ports)] if ports else "5432"
+        listed.append(("host", f"{host}:{port}"))
+    kept = [(name, value) for name, value in query if name not in {"host", "port"}]
+    respelled = urlencode([*kept, *listed], safe="/:,[]")
+    return urlunsplit((parts.scheme, f"{userinfo}{at}", parts.path, respelled, parts.fragment))
 
 
 @lru_cache

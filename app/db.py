@@ -22,7 +22,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from fastapi import Depends, Request
-from sqlalchemy import DateTime, MetaData, exc, text
+from sqlalchemy import DateTime, MetaData, event, exc, text
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -53,9 +54,11 @@ class DriverPool:
     `_unnamed_statements`) and run with positional arguments.
 
     Created empty; connections are opened on first use, up to `DB_HOT_POOL_SIZE`, with the
-    engine's connect arguments (same server, timeouts and `application_name`). A connection
-    that broke (database restarted) is discarded by asyncpg when it is released, so the
-    failure is one 503 and the next request reconnects.
+    engine's connect arguments (same servers, `target_session_attrs`, timeouts and
+    `application_name`). A statement that finds its connection broken (database restarted,
+    primary lost) or its server unable to write (a standby: SQLSTATE 25006) discards that
+    connection and expires the others, which point at the same server: the failure is one 503
+    and the next request connects afresh, to whichever host is the primary by then.
 
     Requests wait for a connection in arrival order (`asyncio.Semaphore` hands its slots out
     first come, first served), not in asyncpg's queue, where a request that just arrived can
@@ -99,19 +102,28 @@ class DriverPool:
             await self._turns.acquire()
         try:
             async with pool.acquire(timeout=self._timeout) as conn:
-                if not self._query_loggers:
-                    yield conn
-                    return
-                loggers = list(self._query_loggers)
-                for logger in loggers:
-                    conn.add_query_logger(logger)
                 try:
-                    yield conn
-                finally:
-                    for logger in loggers:
-                        conn.remove_query_logger(logger)
+                    async with self._logged(conn):
+                        yield conn
+                except Exception as error:
+                    if conn.is_closed() or _server_refuses(error):
+                        conn.terminate()
+                        await pool.expire_connections()
+                    raise
         finally:
             self._turns.release()
+
+    @asynccontextmanager
+    async def _logged(self, conn: asyncpg.Connection) -> AsyncIterator[None]:
+        """The query loggers registered now, on `conn` until the block ends."""
+        loggers = list(self._query_loggers)
+        for logger in loggers:
+            conn.add_query_logger(logger)
+        try:
+            yield
+        finally:
+            for logger in loggers:
+                conn.remove_query_logger(logger)
 
     def add_query_logger(self, logger: Callable[[Any], object]) -> None:
         """Call `logger` with asyncpg's `LoggedQuery` for every statement (BEGIN and COMMIT
@@ -162,8 +174,10 @@ def create_database(url: str, settings: Settings) -> Database:
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args={**connect_args, **engine_only},
     )
-    # the dialect turns the URL (host, port, socket directory, credentials) into asyncpg's
-    # keyword arguments: both pools reach the same server the same way
+    event.listen(engine.sync_engine, "handle_error", _drop_refusing_connections)
+    # the dialect turns the URL (hosts, ports, socket directories, credentials,
+    # target_session_attrs) into asyncpg's keyword arguments: both pools reach the same
+    # servers the same way
     _, url_kwargs = engine.dialect.create_connect_args(engine.url)
     driver = DriverPool(
         {**url_kwargs, **connect_args},
@@ -171,6 +185,21 @@ def create_database(url: str, settings: Settings) -> Database:
         timeout=settings.db_connect_timeout_seconds,
     )
     return Database(engine, async_sessionmaker(engine, expire_on_commit=False), driver)
+
+
+def _drop_refusing_connections(context: ExceptionContext) -> None:
+    """The engine's `handle_error` hook: a statement refused because the server cannot write
+    (a standby, a server in recovery) or is shutting down counts as a disconnect, so SQLAlchemy
+    discards the connection and every other one of its pool instead of handing them out again
+    (they would all fail the same way until a restart); new ones go to the writable host."""
+    if _server_refuses(context.original_exception):
+        context.is_disconnect = True
+
+
+def _server_refuses(error: BaseException) -> bool:
+    """`error` is a server's refusal that any statement on this connection would meet again:
+    read-only (25006: a standby, or a demoted primary), going away (57P0x) or gone (08xxx)."""
+    return getattr(error, "sqlstate", None) in _UNAVAILABLE_SQLSTATES
 
 
 def _unnamed_statements() -> dict[str, object]:
@@ -218,7 +247,19 @@ async def _request_session(request: Request) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(_request_session, scope="function")]
 
 
-_UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08001", "08003", "08004", "08006"}
+# the server is going away or gone, or cannot write (25006 read_only_sql_transaction: the host
+# is a standby now; the next connection goes to the primary, see `_drop_refusing_connections`)
+_UNAVAILABLE_SQLSTATES = {
+    "57P01",
+    "57P02",
+    "57P03",
+    "08000",
+    "08001",
+    "08003",
+    "08004",
+    "08006",
+    "25006",
+}
 
 
 def is_database_unavailable(error: BaseException) -> bool:
@@ -247,15 +288,31 @@ def is_database_unavailable(error: BaseException) -> bool:
         if isinstance(current, asyncpg.exceptions.InternalClientError):
             # asyncpg's protocol state broke under the statement: seen when the server ended an
             # idle pooled session (pg_terminate_backend, a failover) and the FATAL it sent was
-            # read before the connection closed; the next connection is fine
+            # read before the connection closed; the next connection is fine. Also
+            # TargetServerAttributeNotMatched: no host of the URL is writable (yet)
             return True
         current = getattr(current, "orig", None) or current.__cause__ or current.__context__
     return False
 
 
+# a server that cannot write (a standby, a primary fenced read-only) answers the readiness
+# check with the error a write would meet, so the engine drops its connections the same way
+_REFUSE_WHEN_READ_ONLY = text(
+    "DO $$ BEGIN"
+    " IF pg_is_in_recovery() OR current_setting('transaction_read_only')::bool THEN"
+    "  RAISE EXCEPTION 'the database server accepts no writes'"
+    "   USING ERRCODE = 'read_only_sql_transaction';"
+    " END IF;"
+    " END $$"
+)
+
+
 async def database_is_ready(db: Database) -> tuple[bool, str | None]:
-    """(reachable, current alembic revision) for /readyz."""
+    """(reachable and writable, current alembic revision) for /readyz. A server that cannot
+    write raises SQLSTATE 25006: unavailable, and the engine's connections to it are dropped
+    (`_drop_refusing_connections`), so the next check connects to the writable host."""
     async with db.engine.connect() as conn:
+        await conn.execute(_REFUSE_WHEN_READ_ONLY)
         revision = (
             await conn.execute(text("SELECT version_num FROM alembic_version LIMIT 1"))
         ).scalar_one_or_none()
