@@ -8,6 +8,7 @@ import functools
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 
 import tiktoken
 
@@ -51,16 +52,62 @@ class TokenCounter:
         return len(self._encoding.encode_ordinary(text))
 
 
+def utf8_bound(text: str) -> int:
+    """An upper bound of `TokenCounter.count(text)` for every byte-level BPE encoding (all of
+    tiktoken's): each token stands for at least one byte of the text's UTF-8 form."""
+    return len(text.encode())
+
+
+class RememberedCounts:
+    """`counter.count`, remembered for the `size` texts counted most recently.
+
+    For history loads, which see the same messages turn after turn. Keyed by a 128-bit BLAKE2b
+    digest of the text rather than the text itself, so the memory held is `size` small entries
+    whatever the messages' length; a digest is computed at hundreds of MB/s, the count it
+    saves at a few MB/s.
+    """
+
+    def __init__(self, counter: TokenCounter, size: int) -> None:
+        self._counter = counter
+        self._size = size
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+
+    @property
+    def remembered(self) -> int:
+        """How many counts are kept now."""
+        return len(self._counts)
+
+    def count(self, text: str) -> int:
+        key = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        known = self._counts.get(key)
+        if known is not None:
+            self._counts.move_to_end(key)
+            return known
+        counted = self._counter.count(text)
+        if self._size:
+            self._counts[key] = counted
+            if len(self._counts) > self._size:
+                self._counts.popitem(last=False)
+        return counted
+
+
+HISTORY_COUNTS_REMEMBERED = 16_384
+"""Message counts a process keeps (about 2 MB): the loaded history of a few hundred chats."""
+
+
 class TokenCounters:
     """The service's token counting, created once in the lifespan and handed to whatever counts.
 
-    `stored` counts what is stored with versions and messages and compared with the budgets:
-    the offline cl100k encoding whatever the model, so a stored count never changes meaning.
-    `for_model(name)` counts as that model does (resolved once per name).
+    `stored` counts what is stored with versions and compared with the budgets: the offline
+    cl100k encoding whatever the model, so a stored count never changes meaning. `history`
+    counts stored messages the same way, remembering recent counts (messages are stored
+    uncounted; see `select_history`). `for_model(name)` counts as that model does (resolved
+    once per name).
     """
 
     def __init__(self) -> None:
         self.stored = TokenCounter()
+        self.history = RememberedCounts(self.stored, HISTORY_COUNTS_REMEMBERED)
         self._by_model: dict[str | None, TokenCounter] = {}
 
     def for_model(self, model: str | None) -> TokenCounter:

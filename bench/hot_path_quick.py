@@ -202,8 +202,20 @@ async def run(server_url: str, requests: int, *, profile: bool) -> None:
     try:
         await seed_reference(reference_dsn, 100)
         await asyncio.to_thread(run_migrations, url)
+        # one user sends every request: rate limits it never reaches, as in `make bench`, and no
+        # quota of waiting jobs (no worker drains them here; one user would reach it at once)
+        never_reached = {
+            f"rate_limit_{route_class}_{scope}": "10000000/1"
+            for route_class in ("context", "turns", "consolidations", "exports", "memory_writes")
+            for scope in ("user", "company")
+        }
         settings = Settings(
-            _env_file=None, database_url=url, worker_enabled=False, llm_provider="rules"
+            _env_file=None,
+            database_url=url,
+            worker_enabled=False,
+            llm_provider="rules",
+            quota_user_queued_jobs=0,
+            **never_reached,  # type: ignore[arg-type]
         )
         app = create_app(settings)
         token = issue_token(settings, Principal(USER, COMPANY, frozenset()))

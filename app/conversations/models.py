@@ -45,7 +45,7 @@ class ChatMessage(Base):
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str]
     source: Mapped[str] = mapped_column(String(16))
-    tokens: Mapped[int]
+    tokens: Mapped[int | None]  # NULL: not counted yet (counted when history is loaded)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 

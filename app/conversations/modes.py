@@ -127,14 +127,28 @@ def plan_history(
 
 
 def select_history(
-    stored: Sequence[Message], max_messages: int, max_tokens: int, count: Callable[[str], int]
+    stored: Sequence[Message],
+    max_messages: int,
+    max_tokens: int,
+    count: Callable[[str], int],
+    upper: Callable[[str], int] | None = None,
 ) -> list[Message]:
     """The newest non-system messages within both bounds, in chronological order.
 
     The selection is a contiguous run ending at the newest message: it stops at the first message
     that would break a bound rather than skipping it for older ones, so no gap is ever hidden
     in the middle of the history the model sees. `count` gives a message content's token count.
+
+    `upper`, when given, is a cheap bound of `count` from above (never less than it). When the
+    bounds of the newest `max_messages` messages add up to no more than `max_tokens`, their exact
+    counts do too: they are the selection, and nothing is counted. Only otherwise is `count`
+    called, so the selection is always the one exact counts give.
     """
+    if upper is not None:
+        newest = _newest(stored, max_messages)
+        if sum(upper(m.content) for m in newest) <= max_tokens:
+            newest.reverse()
+            return newest
     selected: list[Message] = []
     tokens = 0
     for message in reversed(stored):
@@ -148,6 +162,17 @@ def select_history(
         selected.append(message)
     selected.reverse()
     return selected
+
+
+def _newest(stored: Sequence[Message], max_messages: int) -> list[Message]:
+    """The newest `max_messages` non-system messages, newest first."""
+    newest: list[Message] = []
+    for message in reversed(stored):
+        if len(newest) >= max_messages:
+            break
+        if message.role != Role.SYSTEM:
+            newest.append(message)
+    return newest
 
 
 def compose_messages(

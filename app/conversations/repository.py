@@ -35,12 +35,12 @@ class NewTurn:
 
 @dataclass(frozen=True)
 class NewMessage:
-    """A message to append, with its token count (counted once, here, so loads never re-count)."""
+    """A message to append. Its token count is left out (NULL): turn-save never counts, a
+    history load counts a message only when the budget needs it (`select_history`)."""
 
     role: Role
     content: str
     source: MessageSource
-    tokens: int
 
 
 @dataclass(frozen=True)
@@ -111,13 +111,12 @@ TURN_ROWS_CTE: Final = """, turn AS (
     FROM planned
 ), message AS (
     INSERT INTO chat_messages
-        (company_id, user_id, chat_id, turn_id, role, content, source, tokens)
-    SELECT :company_id, :user_id, :chat_id, CAST(:turn_id AS uuid),
-           m.role, m.content, m.source, m.tokens
+        (company_id, user_id, chat_id, turn_id, role, content, source)
+    SELECT :company_id, :user_id, :chat_id, CAST(:turn_id AS uuid), m.role, m.content, m.source
     FROM planned,
          unnest(CAST(:roles AS varchar[]), CAST(:contents AS varchar[]),
-                CAST(:sources AS varchar[]), CAST(:tokens AS integer[]))
-             WITH ORDINALITY AS m(role, content, source, tokens, position)
+                CAST(:sources AS varchar[]))
+             WITH ORDINALITY AS m(role, content, source, position)
     ORDER BY m.position
     RETURNING 1
 )"""
@@ -159,7 +158,6 @@ def turn_params(turn: NewTurn, messages: Sequence[NewMessage]) -> dict[str, obje
         "roles": [m.role.value for m in messages],
         "contents": [m.content for m in messages],
         "sources": [m.source for m in messages],
-        "tokens": [m.tokens for m in messages],
     }
 
 
@@ -197,7 +195,8 @@ _ROLES = {role.value: role for role in Role}  # a dict lookup, not an Enum call 
 
 @dataclass(frozen=True)
 class StoredHistory:
-    """The newest stored messages, oldest first, with the token counts stored at save time."""
+    """The newest stored messages, oldest first, with the token counts stored with them (rows
+    written before turn-save stopped counting; newer rows have none)."""
 
     messages: tuple[Message, ...]
     tokens: dict[str, int]  # content -> tokens (the same content always counts the same)
@@ -206,11 +205,11 @@ class StoredHistory:
 def stored_history_of(row: Mapping[str, Any]) -> StoredHistory:
     """The `HISTORY_COLUMNS` of a row (a chat without messages is an empty history)."""
     contents: list[str] = row["history_contents"] or []
-    tokens: list[int] = row["history_tokens"] or []
+    tokens: list[int | None] = row["history_tokens"] or []
     roles: list[str] = row["history_roles"] or []
     return StoredHistory(
         tuple(Message(_ROLES[r], c) for r, c in zip(roles, contents, strict=True)),
-        dict(zip(contents, tokens, strict=True)),
+        {c: t for c, t in zip(contents, tokens, strict=True) if t is not None},
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -37,7 +38,7 @@ from app.jobs.enqueue import NewJob, enqueue_job_once
 from app.jobs.queue import JobPayload
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
-from app.tokens import TokenCounter, TokenCounters
+from app.tokens import TokenCounter, TokenCounters, utf8_bound
 from app.turns import repository
 from app.turns.memory import memory_to_inject
 from app.turns.repository import ContextRow
@@ -135,14 +136,16 @@ async def load_context(
     history: list[Message] = []
     history_tokens = 0
     if row.history is not None:
-        stored_tokens = row.history.tokens
+        count, upper = _history_counts(row.history.tokens, tokens)
         history = select_history(
             row.history.messages,
             settings.history_max_messages,
             settings.history_max_tokens,
-            stored_tokens.__getitem__,
+            count,
+            upper,
         )
-        history_tokens = sum(stored_tokens[m.content] for m in history)
+        if request.debug:  # the loaded tokens are reported only there: counted only then
+            history_tokens = sum(count(m.content) for m in history)
 
     system_prompt = compose_system_prompt(_base_system_prompt(request, messages), memory.section)
     final = compose_messages(system_prompt, history, placeholder, messages)
@@ -173,6 +176,23 @@ async def load_context(
         )
         document["debug"] = _debug(request, settings, resolved).model_dump(mode="json")
     return document
+
+
+def _history_counts(
+    stored: dict[str, int], tokens: TokenCounters
+) -> tuple[Callable[[str], int], Callable[[str], int]]:
+    """(exact count, cheap upper bound) of a stored message's tokens: the count stored with it
+    when there is one; else counted (remembered per process), or bounded by its UTF-8 length."""
+
+    def count(content: str) -> int:
+        known = stored.get(content)
+        return tokens.history.count(content) if known is None else known
+
+    def upper(content: str) -> int:
+        known = stored.get(content)
+        return utf8_bound(content) if known is None else known
+
+    return count, upper
 
 
 def _condition(condition: Condition) -> dict[str, object]:

@@ -21,7 +21,6 @@ from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
-from app.tokens import TokenCounters
 from app.turns.save import TurnSubmission, save_turn
 from app.turns.schemas import TurnRequest
 
@@ -44,7 +43,6 @@ async def request_consolidation(
     body: ConsolidationRequest,
     *,
     settings: Settings,
-    tokens: TokenCounters,
 ) -> uuid.UUID:
     """Store the exchange and queue its consolidation, committed before returning the job id.
 
@@ -58,7 +56,7 @@ async def request_consolidation(
     )
     # refuse_skipped: not enabled is a 409 with the reason, and nothing is written
     submission = TurnSubmission(principal, RESERVED_CHAT_ID, turn, refuse_skipped=True)
-    outcome = await save_turn(database, submission, settings=settings, tokens=tokens)
+    outcome = await save_turn(database, submission, settings=settings)
     return uuid.UUID(orjson.loads(outcome.body)["consolidation"]["job_id"])
 
 

@@ -13,7 +13,6 @@ from app.db import Database
 from app.jobs.schemas import JobView
 from app.rate_limits.dependency import rate_limited
 from app.rate_limits.policy import RouteClass
-from app.tokens import TokenCounters
 from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job
 
 router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
@@ -72,10 +71,7 @@ async def consolidate_exchange(
     202 with the job still pending (poll `GET /v1/jobs/{job_id}`)."""
     database: Database = request.app.state.database
     settings: Settings = request.app.state.settings
-    tokens: TokenCounters = request.app.state.tokens
-    job_id = await request_consolidation(
-        database, principal, body, settings=settings, tokens=tokens
-    )
+    job_id = await request_consolidation(database, principal, body, settings=settings)
     job = await wait_for_job(database, principal, job_id, wait_seconds if wait else 0)
     if job.status in ("succeeded", "dead"):
         response.status_code = status.HTTP_200_OK

@@ -206,12 +206,11 @@ async def save_turn(
     *,
     db: DatabaseDep,
     settings: SettingsDep,
-    tokens: TokensDep,
     idempotency_key: IdempotencyKeyDep,
     meter: UsageMeterDep,
 ) -> Response:
     submission = save.TurnSubmission(principal, chat_id, body, idempotency_key)
-    outcome = await save.save_turn(db, submission, settings=settings, tokens=tokens)
+    outcome = await save.save_turn(db, submission, settings=settings)
     meter.turn_saved(principal.company_id, replayed=outcome.replayed)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(

@@ -54,7 +54,6 @@ from app.quotas.rule import (
     stored_refusal,
     users_with_memory_skip_reason,
 )
-from app.tokens import TokenCounter, TokenCounters
 from app.turns import idempotency, repository
 from app.turns.plan import TurnPlan, plan_turn, skip_reason
 from app.turns.repository import TurnWrite
@@ -96,7 +95,7 @@ class TurnSubmission:
 
 
 async def save_turn(
-    database: Database, submission: TurnSubmission, *, settings: Settings, tokens: TokenCounters
+    database: Database, submission: TurnSubmission, *, settings: Settings
 ) -> TurnOutcome:
     """Save the turn and queue its consolidation (202), or say why it was skipped (201).
 
@@ -116,7 +115,7 @@ async def save_turn(
         # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
         keyed = submission.idempotency_key is not None
         async with conn.transaction() if keyed else contextlib.nullcontext():
-            services = _Services(database, settings, tokens, quota_limits(settings))
+            services = _Services(database, settings, quota_limits(settings))
             return await _save(conn, services, submission)
 
 
@@ -126,7 +125,6 @@ class _Services:
 
     database: Database
     settings: Settings
-    tokens: TokenCounters
     limits: QuotaLimits
 
 
@@ -211,7 +209,7 @@ async def _plan_and_write(
         raise Conflict(f"Nothing was queued: {skipped}")
     plan = plan_turn(request, row.settings.space, skipped)
 
-    turn, messages = _new_rows(submission, plan, services.tokens.stored)
+    turn, messages = _new_rows(submission, plan)
     payload = plan.job_payload(turn.id, request.space_id)
     job, job_id = None, None
     if payload is not None:
@@ -255,9 +253,10 @@ def _consolidation_job(
 
 
 def _new_rows(
-    submission: TurnSubmission, plan: TurnPlan, counter: TokenCounter
+    submission: TurnSubmission, plan: TurnPlan
 ) -> tuple[history.NewTurn, list[history.NewMessage]]:
-    """The turn row and its message rows, each message counted once, here."""
+    """The turn row and its message rows (stored uncounted: a history load counts what its
+    budget needs, see `select_history`)."""
     principal, request = submission.principal, submission.request
     turn = history.NewTurn(
         id=uuid.uuid4(),
@@ -268,10 +267,8 @@ def _new_rows(
         history_mode=request.history_mode.value,
         language_model=request.language_model,
     )
-    count = counter.count
     messages = [
-        history.NewMessage(s.message.role, s.message.content, s.source, count(s.message.content))
-        for s in plan.messages
+        history.NewMessage(s.message.role, s.message.content, s.source) for s in plan.messages
     ]
     return turn, messages
 

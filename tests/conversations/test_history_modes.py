@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.conversations.modes import (
     Detection,
@@ -408,8 +410,50 @@ def test_select_history_keeps_newest_within_both_bounds(
     max_messages: int, max_tokens: int, kept: list[str]
 ) -> None:
     selected = select_history(STORED, max_messages, max_tokens, count=words)
+    bounded = select_history(STORED, max_messages, max_tokens, count=words, upper=len)
 
     assert [m.content.split()[0] for m in selected] == kept
+    assert bounded == selected
+
+
+_STORED_MESSAGES = st.lists(
+    st.builds(
+        Message,
+        st.sampled_from(list(Role)),
+        st.text(alphabet="ab é漢", max_size=12),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stored=_STORED_MESSAGES,
+    max_messages=st.integers(0, 14),
+    max_tokens=st.integers(0, 60),
+    slack=st.integers(0, 3),
+)
+def test_an_upper_bound_never_changes_the_selection(
+    stored: list[Message], max_messages: int, max_tokens: int, slack: int
+) -> None:
+    """Whatever the bound (exact, or looser by `slack` per message, or the UTF-8 length), the
+    selection is the one exact counts give; the bound only saves counting."""
+    exact = select_history(stored, max_messages, max_tokens, count=words)
+    for upper in (words, lambda text: words(text) + slack, lambda text: len(text.encode())):
+        assert select_history(stored, max_messages, max_tokens, words, upper) == exact
+
+
+def test_when_the_bounds_fit_nothing_is_counted() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return words(text)
+
+    assert len(select_history(STORED, 50, 10_000, count, upper=len)) == 4
+    assert counted == []
+    assert len(select_history(STORED, 50, 7, count, upper=len)) == 2  # "four…" is 19 bytes > 7
+    assert counted == ["four four four four", "three three three", "two two"]
 
 
 # --- what a turn saves --------------------------------------------------------------------------

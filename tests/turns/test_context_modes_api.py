@@ -8,9 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.tokens import TokenCounter
-from tests.helpers.apps import AuthFactory, client_with
+from tests.helpers.apps import AuthFactory, app_with, client_of, client_with
 from tests.helpers.turns import (
     Msg,
     assistant,
@@ -172,6 +174,86 @@ async def test_history_is_bounded_by_stored_tokens(database_url: str, auth: Auth
     )
     assert result["debug"]["history"]["loaded_tokens"] == budget
     assert result["debug"]["history"]["stored_messages_read"] == 6
+
+
+async def test_turn_save_stores_messages_uncounted(
+    client: httpx.AsyncClient, auth: AuthFactory, engine: AsyncEngine
+) -> None:
+    chat = new_chat()
+    await save_turn(client, auth, chat, [user("How long is the Loire?")], "About 1,000 km.")
+    async with engine.connect() as conn:
+        counts = (
+            await conn.execute(
+                text("SELECT tokens FROM chat_messages WHERE chat_id = :chat"), {"chat": chat}
+            )
+        ).scalars()
+        assert list(counts) == [None, None]
+
+
+@pytest.mark.parametrize("slack", [-1, 0, 1])
+async def test_the_budget_is_exact_at_its_edge_for_uncounted_messages(
+    database_url: str, auth: AuthFactory, slack: int
+) -> None:
+    """Multi-byte text (each character 3 UTF-8 bytes, one or more tokens): the byte bound
+    cannot settle a budget this tight, so the load counts; the selection is the exact one."""
+    chat = new_chat()
+    counter = TokenCounter()
+    turns = [(f"問題 {n} " + "東京の天気 " * 8, f"答え {n} " + "晴れです " * 8) for n in range(3)]
+    newest = counter.count(turns[-1][0]) + counter.count(turns[-1][1])
+    budget = newest + slack
+    async with client_with(database_url, history_max_tokens=budget) as small:
+        for question, answer in turns:
+            await save_turn(small, auth, chat, [user(question)], answer)
+        result = await context(small, auth, chat, [user("next")], debug=True)
+    loaded = result["debug"]["history"]
+    if slack < 0:  # one token short: the newest answer alone still fits, its question does not
+        assert pairs(result["messages"]) == pairs([assistant(turns[-1][1]), user("next")])
+        assert loaded["loaded_tokens"] == counter.count(turns[-1][1])
+    else:
+        assert pairs(result["messages"]) == pairs(
+            [user(turns[-1][0]), assistant(turns[-1][1]), user("next")]
+        )
+        assert loaded["loaded_tokens"] == newest
+
+
+async def test_a_history_within_its_byte_bound_is_loaded_without_counting(
+    database_url: str, auth: AuthFactory
+) -> None:
+    chat = new_chat()
+    async with app_with(database_url) as application, client_of(application) as http:
+        for n in range(3):
+            await save_turn(http, auth, chat, [user(f"Question {n}?")], f"Answer {n}.")
+        result = await context(http, auth, chat, [user("next")])
+        assert result["history"]["loaded_messages"] == 6
+        assert application.state.tokens.history.remembered == 0  # nothing was counted
+        debug = await context(http, auth, chat, [user("next")], debug=True)
+        assert application.state.tokens.history.remembered == 6  # debug reports the count
+    assert debug["debug"]["history"]["loaded_tokens"] == sum(
+        TokenCounter().count(text) for n in range(3) for text in (f"Question {n}?", f"Answer {n}.")
+    )
+
+
+async def test_a_count_stored_with_a_message_is_used_as_stored(
+    database_url: str, auth: AuthFactory, engine: AsyncEngine
+) -> None:
+    """Rows written before turn-save stopped counting carry their count: the load uses it."""
+    chat = new_chat()
+    async with client_with(database_url, history_max_tokens=1_000) as small:
+        await save_turn(small, auth, chat, [user("Old question?")], "Old answer.")
+        await save_turn(small, auth, chat, [user("New question?")], "New answer.")
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE chat_messages SET tokens = 999 "
+                    "WHERE chat_id = :chat AND content = 'Old answer.'"
+                ),
+                {"chat": chat},
+            )
+        result = await context(small, auth, chat, [user("next")], debug=True)
+    # 999 + the newer messages exceed 1,000: the old answer (and what precedes it) is left out
+    assert pairs(result["messages"]) == pairs(
+        [user("New question?"), assistant("New answer."), user("next")]
+    )
 
 
 async def test_only_the_first_system_message_survives(
