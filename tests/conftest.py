@@ -35,6 +35,9 @@ from tests.helpers.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_mo
     llm_stub_fixture,
 )
 
+# records the service's SQL statements for tests/test_statement_routing.py (run last)
+pytest_plugins = ("tests.helpers.statement_log",)
+
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:

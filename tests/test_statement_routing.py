@@ -1,0 +1,383 @@
+"""Every SQL statement the service sends can be routed by `company_id`: the proof behind
+docs/scaling.md's "distribute by company".
+
+`tests/helpers/statement_log.py` records the service's distinct statements during the whole
+run; this module runs last (the plugin orders it so) and parses each one with PostgreSQL's own
+parser (`tests/helpers/statement_routing.py`). It first drives a tour of the API itself (turns,
+context, memory, versions, settings, chats, a worker's run with its housekeeping, export and
+import, erasure, the operator's routes), so that run alone it still checks the statements of
+every part of the service. A company-owned table that a statement does not pin to one company
+fails the test, unless `EXEMPTIONS` names the statement with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from fastapi import FastAPI
+
+from app.llm import ChatUsage
+from app.models import metadata
+from app.observability import Metrics
+from app.usage.recorder import BudgetWatch, UsageRecorder
+from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory, app_with
+from tests.helpers.db import admin_fetchval, database_of
+from tests.helpers.memory import ME
+from tests.helpers.portability import export_of, import_into, operator, records, seed_company
+from tests.helpers.statement_log import LOG, Sighting
+from tests.helpers.statement_routing import Finding, unrouted
+from tests.helpers.turns import context, new_chat, save_turn, user
+from tests.helpers.worker import wait_for
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """Statements allowed to reach several companies: those `pattern` finds (a regular
+    expression searched in the whitespace-normalised statement), for `tables` only."""
+
+    pattern: str
+    tables: frozenset[str]
+    reason: str
+
+
+def _exempt(pattern: str, *tables: str, reason: str) -> Exemption:
+    return Exemption(pattern, frozenset(tables), reason)
+
+
+EXEMPTIONS: tuple[Exemption, ...] = (
+    _exempt(
+        r"^(EXPLAIN \([A-Z, ]+\) )?WITH RECURSIVE pending_companies\(company_id\)",
+        "jobs",
+        "job_company_claims",
+        reason="the queue's claim picks the company served least recently among all those "
+        "with work waiting (fair claims, app/jobs/queue.py); on a cluster it runs per shard "
+        "group, see docs/scaling.md",
+    ),
+    _exempt(
+        r"^SELECT jobs\.status, count\(\*\)|^SELECT EXTRACT\(epoch FROM now\(\) - min\(",
+        "jobs",
+        reason="the queue's depth and oldest wait for /metrics: a gauge of the whole instance",
+    ),
+    _exempt(
+        r"^SELECT company_rate_limits\.company_id, company_rate_limits\.limits "
+        r"FROM company_rate_limits$",
+        "company_rate_limits",
+        reason="every process keeps all companies' rate-limit overrides in memory and reloads "
+        "them every RATE_LIMIT_REFRESH_SECONDS (one row per company with an override)",
+    ),
+    _exempt(
+        r"^DELETE FROM idempotency_keys WHERE expires_at <= now\(\)$",
+        "idempotency_keys",
+        reason="housekeeping: expired idempotency records of every company, one sweep",
+    ),
+    _exempt(
+        r"^DELETE FROM chat_messages WHERE \(company_id, id\) IN \( SELECT company_id, id "
+        r"FROM chat_messages WHERE created_at < now\(\)"
+        r"|^DELETE FROM turns t WHERE t\.created_at < now\(\)",
+        "chat_messages",
+        "turns",
+        reason="housekeeping: CHAT_RETENTION_DAYS is one setting for the instance, applied to "
+        "every company's history by age",
+    ),
+    _exempt(
+        r"^SELECT company_id, user_id FROM memory_files WHERE \(company_id, user_id\) > ",
+        "memory_files",
+        reason="housekeeping: memory retention walks every company's memories in key order, "
+        "a page at a time; each memory is then handled with its company pinned",
+    ),
+    _exempt(
+        r"^SELECT company_id, user_id, count\(\*\) AS used FROM chat_messages GROUP BY"
+        r"|^SELECT company_id, sum\(bytes\)::bigint AS used FROM \("
+        r"|^DELETE FROM user_quota_marks m WHERE m\.quota = "
+        r"|^DELETE FROM company_quota_marks WHERE quota = "
+        r"|^INSERT INTO company_quota_marks .* FROM unnest\(",
+        "chat_messages",
+        "memory_versions",
+        "user_quota_marks",
+        "company_quota_marks",
+        reason="housekeeping: the quota check counts every company's stored history and "
+        "storage (grouped by company) and replaces the set of marks over a quota",
+    ),
+    _exempt(
+        r"^UPDATE (audit_events|company_feature_flags|space_settings|company_memory_policies"
+        r"|company_rate_limits) SET (actor_id|updated_by)=\$1::VARCHAR WHERE "
+        r"\1\.(actor_company_id|updated_by_company_id) = ",
+        "audit_events",
+        "company_feature_flags",
+        "space_settings",
+        "company_memory_policies",
+        "company_rate_limits",
+        reason="erasure anonymises the erased user's edits wherever they are: an operator's "
+        "are in other companies; found by the actor (indexed), rare",
+    ),
+)
+
+# The checker itself: statements it must reject, with the table it must name, and their scoped
+# forms, which it must pass.
+UNSCOPED = [
+    ("SELECT content FROM chat_messages WHERE user_id = $1", "chat_messages"),
+    ("UPDATE jobs SET status = 'dead' WHERE id = $1", "jobs"),
+    ("DELETE FROM memory_versions WHERE user_id = $1 AND version < $2", "memory_versions"),
+    (
+        "SELECT t.id, m.content FROM turns t JOIN chat_messages m ON m.turn_id = t.id"
+        " WHERE t.company_id = $1",
+        "chat_messages",
+    ),
+    (
+        "INSERT INTO turns (company_id, id, user_id) SELECT company_id, turn_id, user_id"
+        " FROM chat_messages WHERE user_id = $1",
+        "chat_messages",
+    ),
+    (
+        "INSERT INTO turns (company_id, id, user_id) SELECT m.company_id, m.turn_id, $2"
+        " FROM chat_messages m JOIN turns t ON t.company_id = $1 AND t.id = m.turn_id",
+        "turns",
+    ),
+    ("SELECT id FROM jobs WHERE company_id = ANY($1::varchar[])", "jobs"),
+    ("SELECT id FROM jobs WHERE company_id = $1 OR user_id = $2", "jobs"),
+    (
+        "SELECT t.id FROM turns t WHERE t.company_id = $1 AND EXISTS"
+        " (SELECT 1 FROM chat_messages m WHERE m.turn_id = t.id)",
+        "chat_messages",
+    ),
+    (
+        "SELECT * FROM turns t, LATERAL (SELECT content FROM chat_messages m"
+        " WHERE m.turn_id = t.id LIMIT 1) last WHERE t.company_id = $1",
+        "chat_messages",
+    ),
+    (
+        "WITH mine AS (SELECT company_id, id FROM turns WHERE user_id = $1)"
+        " SELECT m.content FROM chat_messages m JOIN mine ON m.company_id = mine.company_id",
+        "turns",
+    ),
+    (
+        "SELECT f.id FROM folders f LEFT JOIN folder_acl a ON f.company_id = $1"
+        " AND a.company_id = f.company_id AND a.folder_id = f.id",
+        "folders",
+    ),
+    (
+        "UPDATE jobs j SET run_after = now() FROM (VALUES ($1, $2), ($3, $4)) AS v(company_id, id)"
+        " WHERE j.company_id = v.company_id AND j.id = v.id",
+        "jobs",
+    ),
+    ("INSERT INTO user_settings (user_id, context_memory) VALUES ($1, $2)", "user_settings"),
+    ("TRUNCATE chat_messages", "chat_messages"),
+    ("EXPLAIN ANALYZE SELECT id FROM jobs WHERE status = 'queued'", "jobs"),
+]
+
+SCOPED = [
+    "SELECT content FROM chat_messages WHERE company_id = $1 AND user_id = $2",
+    "SELECT m.content FROM chat_messages m WHERE m.company_id = $1::VARCHAR AND m.user_id = $2",
+    "UPDATE jobs SET status = 'dead' WHERE jobs.company_id = $1 AND jobs.id = $2",
+    "DELETE FROM memory_versions WHERE (company_id, user_id) = ($1, $2) AND version < $3",
+    "SELECT t.id, m.content FROM turns t JOIN chat_messages m"
+    " ON m.company_id = t.company_id AND m.turn_id = t.id WHERE t.company_id = $1",
+    "SELECT t.id FROM turns t LEFT JOIN chat_messages m"
+    " ON m.company_id = t.company_id AND m.turn_id = t.id WHERE t.company_id = $1",
+    "INSERT INTO turns (company_id, id, user_id) SELECT m.company_id, m.turn_id, m.user_id"
+    " FROM chat_messages m WHERE m.company_id = $1 AND m.user_id = $2",
+    "INSERT INTO turns (company_id, id, user_id) VALUES ($1::VARCHAR, $2, $3) ON CONFLICT DO"
+    " NOTHING RETURNING id",
+    "SELECT t.id FROM turns t WHERE t.company_id = $1 AND EXISTS"
+    " (SELECT 1 FROM chat_messages m WHERE m.company_id = t.company_id AND m.turn_id = t.id)",
+    "SELECT * FROM turns t, LATERAL (SELECT content FROM chat_messages m"
+    " WHERE m.company_id = t.company_id AND m.turn_id = t.id LIMIT 1) last"
+    " WHERE t.company_id = $1",
+    "WITH mine AS (SELECT company_id, id FROM turns WHERE company_id = $1 AND user_id = $2)"
+    " SELECT m.content FROM chat_messages m JOIN mine ON m.company_id = mine.company_id",
+    "WITH RECURSIVE chain AS (SELECT id, parent_id FROM folders WHERE company_id = $1 AND id = $2"
+    " UNION ALL SELECT f.id, f.parent_id FROM folders f JOIN chain c ON f.id = c.parent_id"
+    " WHERE f.company_id = $1) SELECT id FROM chain",
+    "SELECT id FROM jobs WHERE company_id = $1 FOR UPDATE SKIP LOCKED",
+    "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM jobs WHERE company_id = $1",
+    "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
+    "SELECT version_num FROM alembic_version LIMIT 1",
+    "BEGIN",
+]
+
+COMPANY_TABLES = frozenset(
+    table.name for table in metadata.sorted_tables if "company_id" in table.columns
+)
+
+
+@pytest.mark.parametrize(("sql", "table"), UNSCOPED)
+def test_the_checker_names_the_unscoped_table(sql: str, table: str) -> None:
+    assert table in {finding.table for finding in unrouted(sql, COMPANY_TABLES)}
+
+
+@pytest.mark.parametrize("sql", SCOPED)
+def test_the_checker_passes_scoped_statements(sql: str) -> None:
+    assert unrouted(sql, COMPANY_TABLES) == []
+
+
+def test_an_exemption_covers_only_its_statement_and_tables() -> None:
+    claim_like = "WITH RECURSIVE pending_companies(company_id) AS (SELECT 1) SELECT 1 FROM jobs"
+    other = "SELECT id FROM jobs WHERE user_id = $1"
+    assert _exemption_of(claim_like, Finding("jobs", "")) is not None
+    assert _exemption_of(claim_like, Finding("chat_messages", "")) is None
+    assert _exemption_of(other, Finding("jobs", "")) is None
+
+
+async def test_every_statement_of_the_service_is_routable_by_company(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    await _tour(app, client, auth, database_url, tmp_path)
+    company_tables = frozenset(
+        await admin_fetchval(
+            database_url,
+            "SELECT array_agg(table_name::text) FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND column_name = 'company_id'",
+        )
+    )
+    assert company_tables == COMPANY_TABLES  # the migrated schema is the models'
+
+    failures: list[str] = []
+    touched: set[str] = set()
+    for statement, sighting in LOG.sightings.items():
+        touched |= {table for table in company_tables if re.search(rf"\b{table}\b", statement)}
+        try:
+            findings = unrouted(statement, company_tables)
+        except Exception as error:
+            failures.append(_report(statement, sighting, f"not parsed: {error}"))
+            continue
+        failures += [
+            _report(statement, sighting, f"{finding.table}: {finding.reason}")
+            for finding in findings
+            if _exemption_of(statement, finding) is None
+        ]
+    assert not failures, (
+        f"{len(failures)} statement(s) of {len(LOG.sightings)} cannot be routed by company_id"
+        " (scope them, or add an exemption with its reason):\n\n" + "\n\n".join(failures)
+    )
+    # the capture saw the service: the tour alone reaches every company-owned table
+    assert touched == company_tables, sorted(company_tables - touched)
+
+
+def _exemption_of(statement: str, finding: Finding) -> Exemption | None:
+    for exemption in EXEMPTIONS:
+        if finding.table in exemption.tables and re.search(exemption.pattern, statement):
+            return exemption
+    return None
+
+
+def _report(statement: str, sighting: Sighting, problem: str) -> str:
+    return (
+        f"- {problem}\n  first sent in {sighting.first_test} ({sighting.count} time(s))\n"
+        f"  {statement}"
+    )
+
+
+async def _tour(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    """What a company, its users and the operator do: every part of the service runs its
+    statements at least once."""
+    await seed_company(app, client, auth, COMPANY, "Routing")
+    alice = auth(USER, COMPANY)
+    chat = new_chat()
+    await context(client, auth, chat, [user("What do I do?")])
+    keyed = await client.post(
+        f"/v1/chats/{chat}/turns",
+        json={
+            "space_id": SPACE,
+            "messages": [user("I moved to Basel.")],
+            "response": {"role": "assistant", "content": "Noted."},
+        },
+        headers=alice | {"Idempotency-Key": "routing-tour-1"},
+    )
+    assert keyed.status_code in (201, 202), keyed.text
+    await save_turn(client, auth, chat, [user("I like tea.")], "Noted.")
+    for path in (
+        ME,
+        f"{ME}/versions",
+        f"{ME}/versions/2",
+        f"{ME}/versions/2/diff",
+        f"{ME}/policy-actions",
+        f"{ME}/export",
+        f"{ME}/enablement?space_id={SPACE}",
+        "/v1/me/settings",
+        f"/v1/chats/{chat}/messages",
+    ):
+        response = await client.get(path, headers=alice)
+        assert response.status_code == 200, (path, response.text)
+
+    company = f"/v1/companies/{COMPANY}"
+    today = datetime.now(UTC).date()
+    budget = await client.put(
+        f"{company}/model-budget",
+        json={"monthly_tokens": 1, "when_spent": "defer"},
+        headers=operator(auth),
+    )
+    assert budget.status_code == 200, budget.text
+    limits = await client.put(
+        f"{company}/rate-limits",
+        json={"turns": {"user": {"quota": 100, "window_seconds": 10}}},
+        headers=operator(auth),
+    )
+    assert limits.status_code == 200, limits.text
+    for path in (
+        "feature-flags",
+        "memory-policy",
+        "audit-events",
+        "rate-limits",
+        "folders/user-memory",
+        "jobs",
+        f"usage?from={today - timedelta(days=30)}&to={today}",
+        "model-budget",
+    ):
+        response = await client.get(f"{company}/{path}", headers=operator(auth))
+        assert response.status_code == 200, (path, response.text)
+    assert (await client.get("/metrics")).status_code == 200
+
+    async with app_with(
+        database_url,
+        worker_enabled=True,
+        worker_poll_seconds=0.05,
+        worker_heartbeat_file=tmp_path / "heartbeat",
+        chat_retention_days=30,
+        quota_user_history_messages=1,
+        quota_company_storage_bytes=1,
+    ):
+
+        async def worked() -> bool:
+            pending = await admin_fetchval(
+                database_url,
+                "SELECT count(*) FROM jobs WHERE status IN ('queued', 'retrying', 'running')",
+            )
+            marks = await admin_fetchval(database_url, "SELECT count(*) FROM company_quota_marks")
+            return bool(pending == 0 and marks > 0)
+
+        await wait_for(worked, seconds=30)
+    await app.state.usage_meter.flush()
+    # what the worker records of a model call, past the company's budget of one token
+    database = database_of(app)
+    await UsageRecorder(database).model_call(
+        COMPANY, today, "operations", ChatUsage("gpt-4o-mini", 50, 5)
+    )
+    assert await BudgetWatch(database, Metrics()).check(COMPANY, today) is not None
+
+    header, *lines = records(await export_of(client, auth, COMPANY))
+    copy = [header | {"company_id": "routing-copy"}, *lines]
+    imported = await import_into(client, auth, "routing-copy", _ndjson(copy))
+    assert imported.status_code == 201, imported.text
+    assert (await client.delete(f"/v1/chats/{chat}", headers=alice)).status_code == 204
+    assert (await client.delete("/v1/me", headers=alice)).status_code == 200
+
+
+def _ndjson(lines: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(line) + b"\n" for line in lines)
