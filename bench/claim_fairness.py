@@ -123,23 +123,31 @@ async def measure(engine: AsyncEngine, args: argparse.Namespace) -> Run:
 
 
 async def explain_owner_query(engine: AsyncEngine, policy: ClaimPolicy) -> list[str]:
-    """The plan of the first statement of one more claim (the owner query), run again under
-    EXPLAIN with the same parameters once the claim has committed."""
-    sent: list[tuple[str, Any]] = []
+    """The plan of the first statement of one more claim (the owner query), as the claim sent
+    it on the asyncpg connection (its query logger), run again under EXPLAIN with the same
+    parameters once the claim has committed."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    logged: list[Any] = []
 
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        sent.append((statement, parameters))
+    def record(query: Any) -> None:
+        sent.append((query.query, tuple(query.args)))
 
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    def log(_connection: Any, connection_record: Any, _proxy: Any) -> None:
+        connection_record.driver_connection.add_query_logger(record)
+        logged.append(connection_record.driver_connection)
+
+    event.listen(engine.sync_engine.pool, "checkout", log)
     try:
         await claim_next_job(engine, "bench-explain", policy)
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
-    statement, parameters = sent[0]
+        event.remove(engine.sync_engine.pool, "checkout", log)
+        for driver in logged:
+            driver.remove_query_logger(record)
+    statement, parameters = next(
+        (query, args) for query, args in sent if "pending_companies" in query
+    )
     async with engine.connect() as conn:
-        result = await conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, BUFFERS) " + statement, tuple(parameters)
-        )
+        result = await conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters)
         return [str(row[0]) for row in result]
 
 

@@ -31,7 +31,8 @@ What it does (see bench/README.md and docs/benchmarks.md):
 runs (see VARIANTS): `pre-ping` (DB_POOL_PRE_PING=true), `fixed-pool` (DB_MAX_OVERFLOW=0: a fixed
 pool of DB_POOL_SIZE, like the reference's 20), `pool10-pre-ping` (10 + 10 overflow with pre-ping,
 the defaults before commit c2deb0e), `workers2` (API_WORKERS=2: two processes, as
-`python -m app serve --workers 2`; its server CPU counts both).
+`python -m app serve --workers 2`; its server CPU counts both), `workers4` (four, with hot-path
+pools of 10).
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -376,6 +377,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "pool10-pre-ping": {"DB_POOL_SIZE": "10", "DB_MAX_OVERFLOW": "10", "DB_POOL_PRE_PING": "true"},
     # `serve --workers 2`: two processes on one port, each with its own pool
     "workers2": {"API_WORKERS": "2"},
+    # four processes, each with a hot-path pool of 10 (4 x 20 would pass PostgreSQL's default 100
+    # connections beside the reference's 20)
+    "workers4": {"API_WORKERS": "4", "DB_HOT_POOL_SIZE": "10"},
     # a hot-path pool of 48 (64 would exceed PostgreSQL's default 100 connections beside the
     # other servers): far fewer requests wait for a connection at c=64
     "hot-pool-48": {"DB_HOT_POOL_SIZE": "48"},

@@ -2,10 +2,12 @@
 
 The measured worker of bench/worker_bench.py is a child process, out of reach of SQLAlchemy's
 events; this runs the same `Worker` and pipeline (offline engine, the app's default settings but
-WORKER_CONCURRENCY) inside the harness, on its own engine, and counts every statement it executes
-(`before_cursor_execute`; BEGIN and COMMIT are not cursor executions with asyncpg). Two kinds are
-counted apart: the claim's search for the next owner in fair order and its advisory-lock attempt,
-which repeat when concurrent slots race for the same owner.
+WORKER_CONCURRENCY) inside the harness, on its own engine, and counts every statement it executes:
+those sent through SQLAlchemy (`before_cursor_execute`) and those the worker sends straight on the
+asyncpg connection under a pooled one (asyncpg's query logger, which also sees every BEGIN,
+COMMIT and ROLLBACK: those are counted as transactions, not statements). The claim's look for
+the next owner in fair order (with its advisory-lock attempt) is counted apart: it repeats when
+concurrent slots race for the same owners.
 """
 
 from __future__ import annotations
@@ -30,15 +32,20 @@ from app.tokens import TokenCounters
 from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue
 
 OWNER_QUERY = "owner query"
-OWNER_LOCK = "owner lock attempt"
+TRANSACTION = "transaction"
 OTHER = "other"
+_ENDS = ("COMMIT", "ROLLBACK", "RELEASE", "SAVEPOINT")
 
 
-def statement_kind(statement: str) -> str:
-    if " ".join(statement.split()).startswith("WITH RECURSIVE pending_companies"):
+def statement_kind(statement: str) -> str | None:
+    """What one statement counts as; None for the end of a transaction (not counted)."""
+    words = " ".join(statement.split()).upper()
+    if words.startswith("BEGIN"):
+        return TRANSACTION
+    if words.startswith(_ENDS):
+        return None
+    if words.startswith("WITH RECURSIVE PENDING_COMPANIES"):
         return OWNER_QUERY
-    if "pg_try_advisory_xact_lock" in statement:
-        return OWNER_LOCK
     return OTHER
 
 
@@ -52,7 +59,11 @@ class StatementCount:
     statements: Counter[str]
 
     def per_claim(self, kind: str | None = None) -> float:
-        count = self.statements.total() if kind is None else self.statements[kind]
+        """Statements (all but transactions, or those of `kind`) per consolidation."""
+        if kind is None:
+            count = self.statements.total() - self.statements[TRANSACTION]
+        else:
+            count = self.statements[kind]
         return count / self.claims if self.claims else 0.0
 
 
@@ -79,10 +90,19 @@ async def count_statements(
     )
     counts: Counter[str] = Counter()
 
-    def count(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        counts[statement_kind(statement)] += 1
+    def count(statement: str) -> None:
+        kind = statement_kind(statement)
+        if kind is not None:
+            counts[kind] += 1
 
-    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
+    def count_cursor(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        count(statement)
+
+    def log_driver(_connection: Any, record: Any) -> None:
+        record.driver_connection.add_query_logger(lambda logged: count(logged.query))
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", count_cursor)
+    event.listen(database.engine.sync_engine.pool, "connect", log_driver)
     started, cpu_before = time.perf_counter(), time.process_time()
     running = asyncio.create_task(worker.run())
     try:
@@ -94,7 +114,7 @@ async def count_statements(
     finally:
         worker.stop()
         await running
-        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
+        event.remove(database.engine.sync_engine, "before_cursor_execute", count_cursor)
         await database.dispose()
     claims = await db.fetchval(
         "SELECT count(DISTINCT (user_id, finished_at)) FROM jobs"

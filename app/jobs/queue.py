@@ -3,7 +3,8 @@ across companies.
 
 The queue knows jobs, not domains: a job is a `kind` (a name its producer and the worker's
 handler agree on), an owner (company_id, user_id) and a payload of ids. All SQL over the `jobs`
-table lives in this package (SQLAlchemy Core; no ORM objects are loaded): producers queue jobs
+table lives in this package (SQLAlchemy Core, and the claim's two statements as SQL sent on the
+asyncpg connection, `driver.py`; no ORM objects are loaded): producers queue jobs
 with `enqueue.py`, workers claim them here and finish them with `lifecycle.py`, and reads and
 operator actions over stored jobs are in `repository.py`.
 
@@ -17,29 +18,15 @@ in one transaction keep their order, and so is the time a claim records its comp
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Final, Literal, cast
+from datetime import datetime
+from typing import Final, Literal, cast
 
-from sqlalchemy import (
-    ColumnElement,
-    DateTime,
-    FromClause,
-    Table,
-    and_,
-    exists,
-    func,
-    literal,
-    literal_column,
-    select,
-    true,
-    tuple_,
-    update,
-)
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import asyncpg
+from sqlalchemy import ColumnElement, DateTime, Table, and_, func, literal
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.jobs.driver import Statement, driver_transaction
 from app.jobs.models import Job, JobCompanyClaim
 
 JobKind = str
@@ -96,10 +83,16 @@ class ClaimPolicy:
     lease_seconds: float
     batch_size: int = 1
     coalesce: frozenset[JobKind] = frozenset()
+    candidates: int = 8
+    """How many of each company's oldest claimable jobs a claim reads its candidate owners from
+    (see `PICK_OWNER`): about as many as claims may race, so that each finds an owner of its
+    own in one look."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if self.candidates < 1:
+            raise ValueError("candidates must be at least 1")
 
 
 async def claim_next_job(
@@ -107,7 +100,7 @@ async def claim_next_job(
 ) -> ClaimedJob | None:
     """Claim the next claimable job for `worker_id` in fair order across companies, coalesced
     with its owner's waiting jobs of the same kind when its kind is in `policy.coalesce`, in one
-    short READ COMMITTED transaction. None when nothing is claimable.
+    short READ COMMITTED transaction of two statements. None when nothing is claimable.
 
     Claimable: `queued`/`retrying` with `run_after <= now`, or `running` with an expired lease
     (its worker died).
@@ -119,50 +112,249 @@ async def claim_next_job(
     busy worker slot: the first claim to find the job waiting takes it, unless the backlog's
     company was served less recently, and then the claim after it does; claims racing it (each
     reads the order before the others commit) take at most one job of the backlog each. Two
-    companies with backlogs alternate on one slot; on several, racing claims may serve one of
-    them a few times in a row, but each keeps close to half of the claims (see `_next_owner`).
-    A claim counts once however many jobs it coalesces. The time recorded is the database's
-    `clock_timestamp()` at the claim, not `now`: fairness orders claims by when they really
-    happened, even when tests step `now`.
+    companies with backlogs alternate on one slot; on several, racing claims spread over both
+    (see `PICK_OWNER`). A claim counts once however many jobs it coalesces. The time recorded is
+    the database's `clock_timestamp()` at the claim, not `now`: fairness orders claims by when
+    they really happened, even when tests step `now`.
 
     A user's jobs never run concurrently. Row locks (`SKIP LOCKED`) alone cannot ensure that:
     two workers may lock two *different* rows of one user, and neither sees the other's
     uncommitted claim in its `NOT EXISTS` check. So a claimer first takes a transaction-level
-    advisory lock on (company_id, user_id) with `pg_try_advisory_xact_lock` (never waits; a user
-    whose lock is taken is passed over: the fair order is read again without them, their company
-    last), and only then, in a *new* statement, hence a new READ COMMITTED snapshot, re-checks
-    that the user has no job running under a live lease and locks their rows. Any claim that
-    committed before our lock was granted is visible to that snapshot; none can commit while we
-    hold it. The lock is released at commit, when our own `running` rows have become visible to
-    others.
-    The fair order itself is a plain read: a stale snapshot can only make two concurrent
-    claimers pick the same company, never break the per-user guarantee.
+    advisory lock on (company_id, user_id) with `pg_try_advisory_xact_lock` (never waits; an
+    owner whose lock is taken is passed over for the next candidate, in the same statement), and
+    only then, in a *new* statement (`TAKE_JOBS`), hence a new READ COMMITTED snapshot,
+    re-checks that the user has no job running under a live lease and locks their rows. Any
+    claim that committed before our lock was granted is visible to that snapshot; none can
+    commit while we hold it. The lock is released at commit, when our own `running` rows have
+    become visible to others. The fair order itself is a plain read: a stale snapshot can only
+    make two concurrent claimers try the same owner first, never break the per-user guarantee.
 
-    The one wait a claim may meet is on its company's `job_company_claims` row, upserted last:
-    a concurrent claim of the same company holds it until its commit. It cannot deadlock: a
-    claim touches one such row, after every lock it takes without waiting.
+    The one wait a claim may meet is on its company's `job_company_claims` row, upserted by the
+    second statement: a concurrent claim of the same company holds it until its commit, the
+    next round trip. It cannot deadlock: a claim touches one such row, after every lock it
+    takes without waiting.
 
     Coalescing: a claim of a kind in `policy.coalesce` absorbs the user's other claimable jobs of
     that kind in created order, up to `policy.batch_size` jobs in all, under the same lease. A
     job of any other kind is claimed alone. Every claimed job's `attempts` grows by one now. A
     job whose lease expired on its last attempt is dead-lettered (`LeaseExpired`) instead of
     run again.
+
+    Both statements run on the engine's asyncpg connection as prepared statements, without
+    SQLAlchemy's statement machinery (`app.jobs.driver`): the claim is the worker's most
+    frequent statement pair.
     """
-    clock = clock_of(now)
-    async with engine.connect() as conn:
-        await conn.execution_options(isolation_level="READ COMMITTED")
-        async with conn.begin():
-            passed_over: list[tuple[str, str]] = []
-            while (owner := await _next_owner(conn, clock, passed_over)) is not None:
-                if await _try_lock_owner(conn, *owner):
-                    claimed = await _claim_for_owner(
-                        conn, owner, clock=clock, worker_id=worker_id, policy=policy
-                    )
-                    if claimed is not None:
-                        await _record_company_served(conn, claimed.company_id)
-                        return claimed
-                passed_over.append(owner)
-    return None
+    if now is not None and now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    passed_companies: list[str] = []
+    passed_users: list[str] = []
+    async with driver_transaction(engine) as conn:
+        while True:
+            candidates = await conn.fetch(
+                PICK_OWNER.sql,
+                *PICK_OWNER.args(
+                    now=now,
+                    namespace=LOCK_NAMESPACE,
+                    window=policy.candidates,
+                    passed_companies=passed_companies,
+                    passed_users=passed_users,
+                ),
+            )
+            if not candidates:
+                return None
+            if candidates[0]["locked"]:
+                claimed = await _take_jobs(
+                    conn, candidates[0], now=now, worker_id=worker_id, policy=policy
+                )
+                if claimed is not None:
+                    return claimed
+                candidates = candidates[:1]
+            # every candidate was taken by a racing claim (or claimed since our snapshot):
+            # look again without them, their companies last
+            passed_companies += [row["company_id"] for row in candidates]
+            passed_users += [row["user_id"] for row in candidates]
+
+
+_CLOCK = "coalesce(:now::timestamptz, now())"
+"""PostgreSQL's `now()`, or the instant the caller passed (tests step time with it)."""
+_PENDING = "status IN ('queued', 'retrying', 'running')"
+"""As `ix_jobs_pending_company`'s predicate has it, literally (so a generic plan can use it)."""
+
+
+def _claimable_sql(alias: str) -> str:
+    return (
+        f"({alias}.status IN ('queued', 'retrying') AND {alias}.run_after <= {_CLOCK}"
+        f" OR {alias}.status = 'running' AND {alias}.lease_expires_at < {_CLOCK})"
+    )
+
+
+def _no_live_lease_sql(alias: str) -> str:
+    """A probe of `ix_jobs_running_owner`, which holds running jobs only (about one per busy
+    slot), however many jobs the owner or the company has finished."""
+    return (
+        "NOT EXISTS (SELECT FROM jobs live"
+        f" WHERE live.company_id = {alias}.company_id AND live.user_id = {alias}.user_id"
+        f" AND live.status = 'running' AND live.lease_expires_at >= {_CLOCK})"
+    )
+
+
+PICK_OWNER: Final = Statement(f"""
+WITH RECURSIVE pending_companies(company_id) AS (
+    SELECT (SELECT min(walked.company_id) FROM jobs walked WHERE walked.{_PENDING})
+  UNION ALL
+    SELECT (SELECT min(following.company_id) FROM jobs following
+             WHERE following.{_PENDING} AND following.company_id > c.company_id)
+      FROM pending_companies c WHERE c.company_id IS NOT NULL
+),
+heads AS (
+    SELECT c.company_id, h.user_id, h.created_at, h.id,
+           row_number() OVER (PARTITION BY c.company_id ORDER BY h.created_at, h.id) AS turn
+      FROM pending_companies c
+     CROSS JOIN LATERAL (
+        SELECT DISTINCT ON (w.user_id) w.user_id, w.created_at, w.id
+          FROM (SELECT j.user_id, j.created_at, j.id FROM jobs j
+                 WHERE j.company_id = c.company_id AND j.{_PENDING}
+                   AND {_claimable_sql("j")} AND {_no_live_lease_sql("j")}
+                   AND NOT EXISTS (
+                       SELECT FROM unnest(:passed_companies::text[], :passed_users::text[])
+                                AS passed(company_id, user_id)
+                        WHERE passed.company_id = j.company_id AND passed.user_id = j.user_id)
+                 ORDER BY j.created_at, j.id
+                 LIMIT :window) w
+         ORDER BY w.user_id, w.created_at, w.id
+     ) h
+),
+candidates AS MATERIALIZED (
+    SELECT heads.company_id, heads.user_id
+      FROM heads
+      LEFT JOIN job_company_claims served ON served.company_id = heads.company_id
+     ORDER BY heads.company_id = ANY(:passed_companies::text[]), heads.turn,
+              served.last_claimed_at NULLS FIRST, heads.created_at, heads.id
+),
+chosen AS MATERIALIZED (
+    SELECT company_id, user_id FROM candidates
+     WHERE pg_try_advisory_xact_lock(hashtext(:namespace || company_id), hashtext(user_id))
+     LIMIT 1
+)
+SELECT company_id, user_id, true AS locked FROM chosen
+UNION ALL
+SELECT company_id, user_id, false FROM candidates WHERE NOT EXISTS (SELECT FROM chosen)
+""")  # noqa: S608 - composed of this module's constants only
+"""The claim's first statement: the candidate owners in fair order, and the first of them whose
+advisory lock this transaction could take, locked. One row, `locked`, or, when a racing claim
+holds every candidate's lock, all of them, not locked. Never more than one lock is taken: the
+candidates are materialized in order, and the lock is tried on each in turn only until one is
+granted (`LIMIT 1` over a CTE scan stops there).
+
+Candidates: a recursive walk of the distinct companies with pending jobs along
+`ix_jobs_pending_company` (one index probe per company, whatever their backlogs); in each
+company, the owners of its oldest `:window` claimable jobs whose user holds no live lease (a
+short ordered scan of the same index), each by their oldest job. Their order: every company's
+first owner, the company served least recently first, then every company's second owner, and
+so on. So slots that finish together spread over the companies, then over each company's
+owners, instead of all trying the same owner and querying again: the first takes the company
+due next, the second the company after it (or, with one company, its next owner). Owners an
+earlier look of this claim passed over are left out and their companies go last.
+
+A plain read (no row locks): its snapshot may be stale; `TAKE_JOBS` re-checks."""
+
+
+TAKE_JOBS: Final = Statement(f"""
+WITH exhausted AS (
+    UPDATE jobs
+       SET status = 'dead', error_class = :lease_expired_class,
+           error_message = :lease_expired_message, lease_token = NULL,
+           lease_expires_at = NULL, finished_at = {_CLOCK}, updated_at = {_CLOCK}
+     WHERE company_id = :company_id AND user_id = :user_id
+       AND id IN (SELECT id FROM jobs
+                   WHERE company_id = :company_id AND user_id = :user_id
+                     AND status = 'running' AND lease_expires_at < {_CLOCK}
+                     AND attempts >= max_attempts
+                     FOR UPDATE SKIP LOCKED)
+),
+head AS (
+    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
+     WHERE j.company_id = :company_id AND j.user_id = :user_id
+       AND {_claimable_sql("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
+       AND {_no_live_lease_sql("j")}
+     ORDER BY j.created_at, j.id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+),
+batch AS (
+    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
+      JOIN head ON j.kind = head.kind AND j.id <> head.id
+     WHERE j.company_id = :company_id AND j.user_id = :user_id
+       AND head.kind = ANY(:coalesce::text[])
+       AND {_claimable_sql("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
+     ORDER BY j.created_at, j.id
+     LIMIT :more
+       FOR UPDATE OF j SKIP LOCKED
+),
+picked AS (SELECT * FROM head UNION ALL SELECT * FROM batch),
+claimed AS (
+    UPDATE jobs
+       SET status = 'running', attempts = jobs.attempts + 1, lease_token = :lease_token,
+           lease_expires_at = {_CLOCK} + make_interval(secs => :lease_seconds::float8),
+           locked_by = :worker_id, updated_at = {_CLOCK}
+      FROM picked
+     WHERE jobs.company_id = :company_id AND jobs.id = picked.id
+ RETURNING jobs.id, jobs.attempts, picked.kind, picked.payload, picked.max_attempts,
+           picked.created_at
+),
+served AS (
+    INSERT INTO job_company_claims (company_id, last_claimed_at)
+    SELECT :company_id, clock_timestamp() WHERE EXISTS (SELECT FROM claimed)
+        ON CONFLICT (company_id) DO UPDATE
+       SET last_claimed_at = greatest(job_company_claims.last_claimed_at,
+                                      excluded.last_claimed_at)
+)
+SELECT id, attempts, kind, payload, max_attempts, created_at FROM claimed
+ ORDER BY created_at, id
+""")  # noqa: S608 - composed of this module's constants only
+"""The claim's second statement, for the owner whose lock the first one took: dead-letter the
+owner's jobs whose lease expired on their last attempt (a poison job could otherwise kill
+workers forever), lock the owner's oldest claimable job (none while the owner holds a live
+lease) and, for a kind that coalesces, up to `:more` more of the same kind, take them under
+a new lease, and record the company as served (never moved back by a claim that waited on its
+row while a later one committed). Every part sees the same snapshot, taken after the lock:
+the jobs it dead-letters are left out of the ones it takes."""
+
+
+async def _take_jobs(
+    conn: asyncpg.Connection,
+    owner: asyncpg.Record,
+    *,
+    now: datetime | None,
+    worker_id: str,
+    policy: ClaimPolicy,
+) -> ClaimedJob | None:
+    """`TAKE_JOBS` for the owner `PICK_OWNER` locked; None when the owner has nothing
+    claimable any more (claimed since that statement's snapshot)."""
+    company_id, user_id = owner["company_id"], owner["user_id"]
+    token = uuid.uuid4()
+    rows = await conn.fetch(
+        TAKE_JOBS.sql,
+        *TAKE_JOBS.args(
+            now=now,
+            company_id=company_id,
+            user_id=user_id,
+            lease_expired_class=LEASE_EXPIRED_CLASS,
+            lease_expired_message=LEASE_EXPIRED_MESSAGE,
+            coalesce=sorted(policy.coalesce),
+            more=policy.batch_size - 1,
+            lease_token=token,
+            lease_seconds=policy.lease_seconds,
+            worker_id=worker_id[:128],
+        ),
+    )
+    if not rows:
+        return None
+    refs = tuple(
+        JobRef(row["id"], row["payload"], row["attempts"], row["max_attempts"], row["created_at"])
+        for row in rows
+    )
+    return ClaimedJob(company_id, user_id, rows[0]["kind"], token, refs)
 
 
 def clock_of(now: datetime | None) -> ColumnElement[datetime]:
@@ -178,189 +370,3 @@ def claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
     waiting = and_(JOBS.c.status.in_(("queued", "retrying")), JOBS.c.run_after <= clock)
     abandoned = and_(JOBS.c.status == "running", JOBS.c.lease_expires_at < clock)
     return waiting | abandoned
-
-
-def _owner_has_live_lease(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
-    """A probe of `ix_jobs_running_owner`, which holds running jobs only (about one per busy
-    slot), however many jobs the owner or the company has finished."""
-    live = JOBS.alias("live")
-    return exists().where(
-        live.c.company_id == JOBS.c.company_id,
-        live.c.user_id == JOBS.c.user_id,
-        live.c.status == literal_column("'running'"),
-        live.c.lease_expires_at >= clock,
-    )
-
-
-def _pending(table: FromClause) -> ColumnElement[bool]:
-    """`status IN (...)` with literal values, as `ix_jobs_pending_company`'s predicate has them
-    (with bound values a generic plan could not prove that the partial index applies)."""
-    return table.c.status.in_([literal_column(f"'{status}'") for status in PENDING_STATUSES])
-
-
-async def _next_owner(
-    conn: AsyncConnection, clock: ColumnElement[datetime], passed_over: Sequence[tuple[str, str]]
-) -> tuple[str, str] | None:
-    """The owner of the first claimable job in fair order (see `claim_next_job`).
-
-    One statement: a recursive walk of the distinct companies with pending jobs along
-    `ix_jobs_pending_company` (one index probe per company, whatever their backlogs), each
-    company's oldest claimable job whose user holds no live lease (a short ordered scan of the
-    same index), and the companies' fairness records. A plain read (no row locks): its snapshot
-    may be stale; `_claim_for_owner` re-checks.
-
-    A company whose user this claim passed over goes last: claimers that read the same
-    snapshot pick the same owner, and the ones that lose its lock learn that a concurrent claim
-    is serving that company right now. Without this, slots that finish together would keep
-    taking the same company as a pack, and two busy companies would not alternate.
-    """
-    walked = JOBS.alias("walked")
-    first = select(func.min(walked.c.company_id)).where(_pending(walked)).scalar_subquery()
-    companies = select(first.label("company_id")).cte("pending_companies", recursive=True)
-    following = JOBS.alias("following")
-    step = (
-        select(func.min(following.c.company_id))
-        .where(_pending(following), following.c.company_id > companies.c.company_id)
-        .scalar_subquery()
-    )
-    companies = companies.union_all(select(step).where(companies.c.company_id.is_not(None)))
-    head = (
-        select(JOBS.c.company_id, JOBS.c.user_id, JOBS.c.created_at, JOBS.c.id)
-        .where(JOBS.c.company_id == companies.c.company_id, _pending(JOBS))
-        .where(claimable(clock), ~_owner_has_live_lease(clock))
-        .order_by(JOBS.c.created_at, JOBS.c.id)
-        .limit(1)
-    )
-    fair_order: list[ColumnElement[Any]] = []
-    if passed_over:
-        head = head.where(tuple_(JOBS.c.company_id, JOBS.c.user_id).not_in(passed_over))
-        fair_order.append(companies.c.company_id.in_({company for company, _ in passed_over}))
-    heads = head.lateral("head")
-    fair_order += [
-        COMPANY_CLAIMS.c.last_claimed_at.asc().nulls_first(),
-        heads.c.created_at,
-        heads.c.id,
-    ]
-    query = (
-        select(heads.c.company_id, heads.c.user_id)
-        .select_from(
-            companies.join(heads, true()).outerjoin(
-                COMPANY_CLAIMS, COMPANY_CLAIMS.c.company_id == heads.c.company_id
-            )
-        )
-        .order_by(*fair_order)
-        .limit(1)
-    )
-    row = (await conn.execute(query)).first()
-    return None if row is None else (row.company_id, row.user_id)
-
-
-async def _record_company_served(conn: AsyncConnection, company_id: str) -> None:
-    """The company is now the most recently served (never moved back by a claim that waited on
-    this row while a later one committed)."""
-    served = pg_insert(COMPANY_CLAIMS).values(
-        company_id=company_id, last_claimed_at=func.clock_timestamp()
-    )
-    await conn.execute(
-        served.on_conflict_do_update(
-            index_elements=[COMPANY_CLAIMS.c.company_id],
-            set_={
-                "last_claimed_at": func.greatest(
-                    COMPANY_CLAIMS.c.last_claimed_at, served.excluded.last_claimed_at
-                )
-            },
-        )
-    )
-
-
-async def _try_lock_owner(conn: AsyncConnection, company_id: str, user_id: str) -> bool:
-    """Transaction-level advisory lock on the user. Hash collisions only over-serialize."""
-    key = func.pg_try_advisory_xact_lock(
-        func.hashtext(LOCK_NAMESPACE + company_id), func.hashtext(user_id)
-    )
-    return bool((await conn.execute(select(key))).scalar_one())
-
-
-async def _claim_for_owner(
-    conn: AsyncConnection,
-    owner: tuple[str, str],
-    *,
-    clock: ColumnElement[datetime],
-    worker_id: str,
-    policy: ClaimPolicy,
-) -> ClaimedJob | None:
-    company_id, user_id = owner
-    batch_size = policy.batch_size
-    owned = and_(JOBS.c.company_id == company_id, JOBS.c.user_id == user_id)
-    await _dead_letter_exhausted_leases(conn, owned, clock)
-    columns = (JOBS.c.id, JOBS.c.kind, JOBS.c.payload, JOBS.c.max_attempts, JOBS.c.created_at)
-    in_order = (JOBS.c.created_at, JOBS.c.id)
-    head = (
-        await conn.execute(
-            select(*columns)
-            .where(owned, claimable(clock), ~_owner_has_live_lease(clock))
-            .order_by(*in_order)
-            .limit(1)
-            .with_for_update(skip_locked=True, of=JOBS)
-        )
-    ).first()
-    if head is None:
-        return None
-    rows = [head]
-    if head.kind in policy.coalesce and batch_size > 1:
-        rows += (
-            await conn.execute(
-                select(*columns)
-                .where(owned, JOBS.c.kind == head.kind, JOBS.c.id != head.id)
-                .where(claimable(clock))
-                .order_by(*in_order)
-                .limit(batch_size - 1)
-                .with_for_update(skip_locked=True, of=JOBS)
-            )
-        ).all()
-    token = uuid.uuid4()
-    claimed = await conn.execute(
-        update(JOBS)
-        .where(JOBS.c.company_id == company_id, JOBS.c.id.in_([row.id for row in rows]))
-        .values(
-            status="running",
-            attempts=JOBS.c.attempts + 1,
-            lease_token=token,
-            lease_expires_at=clock + timedelta(seconds=policy.lease_seconds),
-            locked_by=worker_id[:128],
-            updated_at=clock,
-        )
-        .returning(JOBS.c.id, JOBS.c.attempts)
-    )
-    attempts: dict[uuid.UUID, int] = dict(claimed.all())
-    refs = tuple(
-        JobRef(row.id, row.payload, attempts[row.id], row.max_attempts, row.created_at)
-        for row in rows
-    )
-    return ClaimedJob(company_id, user_id, head.kind, token, refs)
-
-
-async def _dead_letter_exhausted_leases(
-    conn: AsyncConnection, owned: ColumnElement[bool], clock: ColumnElement[datetime]
-) -> None:
-    """A job whose worker vanished on its last attempt is not run again (a poison job could
-    otherwise kill workers forever)."""
-    exhausted = (
-        select(JOBS.c.id)
-        .where(owned, JOBS.c.status == "running", JOBS.c.lease_expires_at < clock)
-        .where(JOBS.c.attempts >= JOBS.c.max_attempts)
-        .with_for_update(skip_locked=True)
-    )
-    await conn.execute(
-        update(JOBS)
-        .where(owned, JOBS.c.id.in_(exhausted))
-        .values(
-            status="dead",
-            error_class=LEASE_EXPIRED_CLASS,
-            error_message=LEASE_EXPIRED_MESSAGE,
-            lease_token=None,
-            lease_expires_at=None,
-            finished_at=clock,
-            updated_at=clock,
-        )
-    )

@@ -86,7 +86,9 @@ class WorkerConfig:
 
     @property
     def claim_policy(self) -> ClaimPolicy:
-        return ClaimPolicy(self.lease_seconds, self.batch_size, self.coalesce)
+        return ClaimPolicy(
+            self.lease_seconds, self.batch_size, self.coalesce, candidates=self.concurrency
+        )
 
 
 class Worker:
