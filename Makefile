@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 IDP := tests/identity_provider
 IDP_STAMP := $(IDP)/node_modules/.installed
+TS_CLIENT := clients/typescript
+TS_STAMP := $(TS_CLIENT)/node_modules/.installed
 
-.PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo eval clean
+.PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo demo-ts eval clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +28,16 @@ $(IDP_STAMP): $(IDP)/package-lock.json
 		echo "npm not found: tests/identity needs Node.js >= 20.19 and npm"; \
 	fi
 
+# The TypeScript client's pinned development packages (TypeScript, openapi-typescript, the AI SDK
+# and the Node.js 22 its tests run on), installed again when package-lock.json changes. Without
+# npm its tests (tests/client/test_typescript_client.py) are skipped and say why.
+$(TS_STAMP): $(TS_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm not found: the TypeScript client's tests need Node.js and npm"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
 
@@ -34,13 +46,20 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 
+# The same five turns through the TypeScript client (examples/typescript/) against the service
+# `make run` serves (CMS_URL); needs Node.js >= 20 and npm.
+demo-ts: $(STAMP) $(TS_STAMP)
+	cd $(TS_CLIENT) && npm run --silent build
+	cd examples/typescript && npm install --no-audit --no-fund --loglevel=error \
+		&& ../../$(TS_CLIENT)/node_modules/.bin/tsc -p . && node build/demo.js
+
 # The scripted corpus in eval/ replayed through the service, scored, with model calls and tokens
 # per turn (docs/eval.md): the offline engine by default; EVAL_ARGS="--engine stub" for the model
 # path against a local recording stub, "--engine endpoint" for OPENAI_BASE_URL / OPENAI_API_KEY.
 eval: $(STAMP)
 	$(BIN)/python -m eval $(EVAL_ARGS)
 
-test: $(STAMP) $(IDP_STAMP)
+test: $(STAMP) $(IDP_STAMP) $(TS_STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
 
 # The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
