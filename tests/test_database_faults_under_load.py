@@ -91,6 +91,13 @@ def _serve_env(database_url: str, workdir: Path) -> dict[str, str]:
         # a job whose attempt a fault cut short runs again; enough attempts that repeated cuts
         # cannot dead-letter it (dead-lettering itself is proven in tests/consolidation)
         "JOB_MAX_ATTEMPTS": "10",
+        # the clients save as fast as the service answers, retries included, faster than the
+        # worker consolidates: the per-user rate limit would answer some of them 429 and the
+        # quota of waiting jobs 409 (queue full), which is not what these faults are about (both
+        # are proven in tests/rate_limits and tests/quotas)
+        "RATE_LIMIT_TURNS_USER": "off",
+        "RATE_LIMIT_TURNS_COMPANY": "off",
+        "QUOTA_USER_QUEUED_JOBS": "0",
     }
 
 
