@@ -3,8 +3,8 @@
 The packages depend one way, bottom to top; a module imports only from its own layer or below:
 
 1. infrastructure: the top-level modules (config, errors, db, auth, jwks, detectors, tokens,
-   llm, limits, http_protocol, pagination, observability, lean_routes, embedded_pg, operations,
-   contract, api_tags, docs_pages, snapshots); they import no package.
+   llm, limits, http_protocol, pagination, observability, tracing, lean_routes, embedded_pg,
+   operations, contract, api_tags, docs_pages, snapshots); they import no package.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
    kinds and hand the worker their handlers and maintenance steps.
 3. `conversations`: chats, turns and messages, and the history modes.
@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "http_protocol",
         "pagination",
         "observability",
+        "tracing",
         "lean_routes",
         "embedded_pg",
         "operations",

@@ -52,6 +52,12 @@ PROBLEM_SCHEMAS: Final[Mapping[str, OpenAPI]] = {
             "status": {"type": "integer", "minimum": 400, "maximum": 599},
             "detail": {"type": "string"},
             "request_id": {"type": "string", "description": "Quote it when reporting a problem"},
+            "trace_id": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{32}$",
+                "description": "The request's trace (W3C trace id), when tracing is on and the "
+                "request was sampled",
+            },
             "errors": {
                 "type": "array",
                 "items": {"$ref": "#/components/schemas/ProblemField"},

@@ -16,6 +16,7 @@ from starlette.routing import compile_path
 
 from app.db import is_database_unavailable
 from app.observability import current_request_id
+from app.tracing import trace_ids
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:context-memory:problem:"
@@ -162,7 +163,8 @@ def problem_response(
     errors: Sequence[Mapping[str, object]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """The one renderer: RFC 9457 problem+json with the request id and the offending fields."""
+    """The one renderer: RFC 9457 problem+json with the request id, the trace id (when the
+    request is traced and sampled) and the offending fields."""
     status = problem.status
     body: dict[str, Any] = {
         "type": PROBLEM_BASE + problem.slug,
@@ -173,6 +175,9 @@ def problem_response(
     request_id = current_request_id()
     if request_id:
         body["request_id"] = request_id
+    traced = trace_ids()
+    if traced is not None:
+        body["trace_id"] = traced[0]
     if errors:
         body["errors"] = list(errors)
     return Response(

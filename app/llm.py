@@ -27,7 +27,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from types import TracebackType
@@ -211,7 +211,7 @@ class OpenAIChatModel:
     """`ChatModel` over the OpenAI SDK. One HTTP client per instance; call `aclose()` at
     shutdown. SDK retries are off: one `complete` is exactly one HTTP request."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - all by keyword, most optional
         self,
         *,
         api_key: str | None,
@@ -219,7 +219,10 @@ class OpenAIChatModel:
         timeout_seconds: float,
         azure_endpoint: str | None = None,
         azure_api_version: str | None = None,
+        instrument_http_client: Callable[[object], None] | None = None,
     ) -> None:
+        """`instrument_http_client` is handed the SDK's HTTP client before its first request
+        (tracing: a span and a `traceparent` per request)."""
         self._timeout_seconds = timeout_seconds
         self._client: openai.AsyncOpenAI
         if azure_endpoint:
@@ -241,6 +244,7 @@ class OpenAIChatModel:
                 api_key=api_key,
                 timeout=timeout_seconds,
                 max_retries=0,
+                http_client=_http_client(instrument_http_client),
             )
         else:
             if not api_key and not base_url:
@@ -250,6 +254,7 @@ class OpenAIChatModel:
                 base_url=base_url or DEFAULT_OPENAI_BASE_URL,
                 timeout=timeout_seconds,
                 max_retries=0,
+                http_client=_http_client(instrument_http_client),
             )
 
     async def complete(self, request: ChatRequest) -> ChatResult:
@@ -308,6 +313,18 @@ class OpenAIChatModel:
         await self.aclose()
 
 
+def _http_client(
+    instrument: Callable[[object], None] | None,
+) -> openai.DefaultAsyncHttpxClient | None:
+    """The SDK's own default HTTP client (its limits and redirects; closed with the SDK's
+    client), handed to `instrument` first; None (the SDK makes it) without one."""
+    if instrument is None:
+        return None
+    client = openai.DefaultAsyncHttpxClient()
+    instrument(client)
+    return client
+
+
 # Space settings name models by the platform's identifiers (the seed's default is
 # `AZURE_GPT_4o_2024_1120`); the API wants its own model name. Unknown names pass unchanged,
 # so a space may also name an API model (or an Azure deployment) directly.
@@ -319,8 +336,11 @@ def resolve_model_name(name: str) -> str:
     return MODEL_ALIASES.get(name, name)
 
 
-def create_chat_model(settings: Settings) -> OpenAIChatModel | None:
-    """The configured model, or None for the offline rule-based engine (see module table)."""
+def create_chat_model(
+    settings: Settings, instrument_http_client: Callable[[object], None] | None = None
+) -> OpenAIChatModel | None:
+    """The configured model, or None for the offline rule-based engine (see module table);
+    `instrument_http_client` as `OpenAIChatModel` takes it."""
     if settings.llm_provider == "rules":
         return None
     api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -337,6 +357,7 @@ def create_chat_model(settings: Settings) -> OpenAIChatModel | None:
         timeout_seconds=settings.llm_timeout_seconds,
         azure_endpoint=settings.azure_openai_endpoint,
         azure_api_version=settings.azure_openai_api_version,
+        instrument_http_client=instrument_http_client,
     )
 
 

@@ -45,6 +45,7 @@ from app.quotas.maintenance import quota_check_step
 from app.rate_limits import router as rate_limits_router
 from app.rate_limits import service as rate_limits_service
 from app.tokens import TokenCounters
+from app.tracing import Tracing
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
@@ -62,6 +63,7 @@ Every `/v1` route needs `Authorization: Bearer <JWT>`; errors are `application/p
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    tracing: Tracing = app.state.tracing
     embedded: EmbeddedPostgres | None = None
     url = settings.async_database_url
     if url is None:
@@ -82,6 +84,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     verifier: TokenVerifier = app.state.token_verifier
     worker: BackgroundWorker | None = None
     overrides: asyncio.Task[None] | None = None
+    tracing.start()  # in this process: after `serve --workers N` spawned it
     try:
         meter.start()
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
@@ -102,6 +105,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 settings,
                 app.state.metrics,
                 app.state.tokens,
+                tracer=tracing.tracer,
+                instrument_http_client=tracing.instrument_http_client,
                 maintenance=(
                     prune_idempotency_keys,
                     *chat_retention_steps(settings.chat_retention_days),
@@ -115,7 +120,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             )
             worker.start()
         mcp: McpEndpoint = app.state.mcp
-        async with mcp.running(database, policy, app.state.rate_limiter):
+        async with mcp.running(database, policy, app.state.rate_limiter, tracing.tracer):
             _freeze_startup_objects()
             yield
     finally:
@@ -129,6 +134,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await database.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
+        await asyncio.to_thread(tracing.stop)  # flushes the spans still waiting for export
 
 
 def _freeze_startup_objects() -> None:
@@ -140,8 +146,11 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
+    """The app; `tracing` as the `OTEL_*` variables say unless given (tests hand in their own
+    exporter: nothing global is set either way)."""
     settings = settings or get_settings()
+    tracing = tracing or Tracing.from_environment()
     app = FastAPI(
         title="Context Memory Service",
         version="0.1.0",
@@ -151,9 +160,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # FastAPI's own pages load Swagger UI and ReDoc from a CDN; these are served locally
         docs_url=None,
         redoc_url=None,
+        # the server span of each request when tracing is on; a constant check when off
+        telemetry=tracing.fastapi_telemetry(),
     )
     metrics = Metrics()
     app.state.settings = settings
+    app.state.tracing = tracing
     app.state.metrics = metrics
     app.state.token_verifier = TokenVerifier(
         settings,
@@ -193,7 +205,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_count=settings.max_request_headers,
         max_bytes=settings.max_request_header_bytes,
     )
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, render_error=render_unexpected)
+    app.add_middleware(
+        RequestContextMiddleware,
+        metrics=metrics,
+        render_error=render_unexpected,
+        exemplars=tracing.enabled,
+    )
 
     # The two calls of every chat turn are routes of the app itself, tried first: through
     # include_router they would be matched twice per request (the router's table, then the

@@ -1,4 +1,5 @@
-"""Request ids, JSON logs, Prometheus metrics and the ASGI middleware that ties them together."""
+"""Request ids, JSON logs, Prometheus metrics and the ASGI middleware that ties them together;
+log lines and latency exemplars name the trace they belong to when tracing is on."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.tracing import trace_ids
+
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 RATE_LIMIT_HEADERS_KEY = "context_memory.rate_limit_headers"
@@ -28,7 +31,8 @@ def current_request_id() -> str | None:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; carries the request id of the request being served."""
+    """One JSON object per line; carries the request id of the request being served, and the
+    trace and span ids of the span in progress when it is sampled."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
@@ -40,6 +44,9 @@ class JsonFormatter(logging.Formatter):
         request_id = _request_id.get()
         if request_id:
             payload["request_id"] = request_id
+        traced = trace_ids()
+        if traced is not None:
+            payload["trace_id"], payload["span_id"] = traced
         for key in ("method", "path", "route", "status", "duration_ms", "job_id", "outcome"):
             value = record.__dict__.get(key)
             if value is not None:
@@ -295,6 +302,9 @@ class RequestContextMiddleware:
     A client that disconnects before its answer began (mid-body, say) is counted and logged as
     499, and whatever the app raised for want of the body is not an error of the service: no
     500, no traceback, no answer (nobody would read it).
+
+    With `exemplars` (tracing on), a sampled request's latency carries its trace id as the
+    exemplar of its histogram bucket (shown on the OpenMetrics exposition of `/metrics`).
     """
 
     def __init__(
@@ -302,10 +312,13 @@ class RequestContextMiddleware:
         app: ASGIApp,
         metrics: Metrics,
         render_error: Callable[[BaseException], Any],
+        *,
+        exemplars: bool = False,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.render_error = render_error
+        self.exemplars = exemplars
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -356,8 +369,9 @@ class RequestContextMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             elapsed = time.perf_counter() - started
+            traced = trace_ids() if self.exemplars else None
             self.metrics.request_latency.labels(scope["method"], template, str(status)).observe(
-                elapsed
+                elapsed, None if traced is None else {"trace_id": traced[0]}
             )
             access_logger.info(
                 "request",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from pydantic import BaseModel
 from starlette.responses import Response
 
@@ -74,9 +74,13 @@ async def readyz(request: Request) -> Readiness:
     summary="Prometheus metrics",
     description="Scraped by Prometheus: request latency by route template, 503s for an "
     "unreachable database, the job queue, consolidation outcomes and model tokens, as counted "
-    "by the process that answers.",
+    "by the process that answers. In the Prometheus text format, or OpenMetrics when the "
+    "scraper asks for it (`Accept: application/openmetrics-text`), whose latency buckets carry "
+    "trace ids as exemplars when tracing is on.",
     response_class=Response,
 )
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    # prometheus_client's own negotiation: exemplars exist only in OpenMetrics
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(registry), media_type=content_type)

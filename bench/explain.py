@@ -118,7 +118,7 @@ async def hot_plans(dsn: str, company: str, user: str, chat: str, space: str) ->
             "response_body": b"{}",
             "ttl_hours": 24,
         }
-        sql, names = turns._TURN_WRITE[(turns.NEW_JOB, True)]
+        sql, names = turns._TURN_WRITE[(turns.NEW_JOB, True, False)]  # an untraced turn
         for kind in ("", ", no seqscan"):
             transaction = conn.transaction()
             await transaction.start()

@@ -32,7 +32,9 @@ runs (see VARIANTS): `pre-ping` (DB_POOL_PRE_PING=true), `fixed-pool` (DB_MAX_OV
 pool of DB_POOL_SIZE, like the reference's 20), `pool10-pre-ping` (10 + 10 overflow with pre-ping,
 the defaults before commit c2deb0e), `workers2` (API_WORKERS=2: two processes, as
 `python -m app serve --workers 2`; its server CPU counts both), `workers4` (four, with hot-path
-pools of 10).
+pools of 10), `tracing-off` (nothing configured, as `ours`: the noise floor beside it),
+`tracing-10pct` (traces sampled at 10 %, exported over OTLP/HTTP to a local sink that counts and
+discards them, bench/otlp_sink.py).
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -74,6 +76,7 @@ from app.auth import Principal, issue_token
 from app.config import Settings
 from app.profiles.document import parse
 from bench import explain
+from bench.otlp_sink import OtlpSink
 from bench.seed import (
     COMPANY,
     HISTORY_MESSAGES,
@@ -370,6 +373,8 @@ NEVER_REACHED = "10000000/1"
 
 # Instances of our service: "ours" runs with the app's default settings, the others with these
 # on top (the app's own settings, read from the environment).
+OTLP_SINK = "<the bench's OTLP sink>"
+"""Stands for the URL of the sink `ours_env` starts for a variant that exports traces."""
 VARIANTS: dict[str, dict[str, str]] = {
     "ours": {},
     "pre-ping": {"DB_POOL_PRE_PING": "true"},
@@ -392,6 +397,16 @@ VARIANTS: dict[str, dict[str, str]] = {
     # a quota of waiting jobs the bench never reaches: every turn-save counts the user's
     # waiting jobs (all of them, a backlog of dozens here) and queues a job of its own
     "job-quota-unreached": {"QUOTA_USER_QUEUED_JOBS": "10000"},
+    # tracing off: nothing configured, as "ours" (a second instance: the noise floor beside it)
+    "tracing-off": {},
+    # tracing on, 10 % of the traces sampled, exported over OTLP/HTTP to a local sink that
+    # accepts and discards the posts (bench/otlp_sink.py)
+    "tracing-10pct": {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_SINK,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+        "OTEL_SERVICE_NAME": "context-memory-bench",
+    },
 }
 # Inherited from the caller's environment, these would change what "ours" means.
 _POOL_SETTINGS = (
@@ -405,7 +420,12 @@ _POOL_SETTINGS = (
 
 
 def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.upper() not in _POOL_SETTINGS}
+    # the caller's OTEL_* would turn tracing on in "ours"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.upper() not in _POOL_SETTINGS and not k.upper().startswith("OTEL_")
+    }
     env.update(
         {
             "DATABASE_URL": database_url,
@@ -418,6 +438,8 @@ def ours_env(database_url: str, variant: str, cprofile: Path | None = None) -> d
         | VARIANTS[variant]
     )
     env.pop("BENCH_CPROFILE", None)
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") == OTLP_SINK:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = OtlpSink.endpoint().url
     if cprofile is not None:
         env["BENCH_CPROFILE"] = str(cprofile)
     return env
@@ -1129,6 +1151,11 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
         ]
     if measurements.memory:
         report += ["\nMemory of the servers under this load:\n", render_memory_table(measurements)]
+    sink = OtlpSink.started()
+    if sink is not None:
+        report.append(
+            f"\nOTLP sink (tracing variants): {sink.posts} exports, {sink.received_bytes:,} bytes"
+        )
     if args.explain:
         user = max(1, args.users // 2)
         plans = asyncio.run(

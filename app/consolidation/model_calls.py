@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
+from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
+
 from app.config import Settings
 from app.consolidation.output_limits import (
     GATE_MAX_TOKENS,
@@ -44,6 +46,7 @@ from app.llm import (
 from app.observability import Metrics
 from app.profiles.document import Operation, Profile, diff_operations, render_body
 from app.tokens import TokenCounters
+from app.tracing import NO_TRACER
 
 CallKind = Literal["gate", "operations", "rewrite", "condensation"]
 CONDENSATION_TARGET_SHARE: Final = 0.9
@@ -143,9 +146,14 @@ class ModelCalls:
     metrics by kind (`model_calls_total`, `model_prompt_tokens_total`, ...).
 
     The gate asks `LLM_GATE_MODEL`; the other calls ask the snapshot's model (the space's
-    `language_model`, or the orchestrator's)."""
+    `language_model`, or the orchestrator's).
 
-    def __init__(
+    Each call is a span of `tracer` after the GenAI semantic conventions (`chat <model>`: the
+    model asked and the one that answered, the output limit, the tokens billed, the finish
+    reason, `error.type` when it failed) with its kind (`context_memory.model_call.kind`);
+    never the prompt or the answer."""
+
+    def __init__(  # noqa: PLR0913 - the last two by keyword
         self,
         chat_model: ChatModel,
         settings: Settings,
@@ -153,12 +161,14 @@ class ModelCalls:
         tokens: TokenCounters,
         *,
         clock: Callable[[], datetime],
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self.chat_model = chat_model
         self.settings = settings
         self.metrics = metrics
         self.tokens = tokens
         self.clock = clock
+        self.tracer = tracer
         self.gate_model = resolve_model_name(settings.llm_gate_model)
 
     async def operations(self, snapshot: Snapshot, usage: Usage, *, gate: bool) -> list[Operation]:
@@ -254,17 +264,28 @@ class ModelCalls:
         `usage.answered` before anything else is done with it."""
         max_tokens = request.max_output_tokens
         self.metrics.model_output_limit_tokens.labels(kind).inc(max_tokens)
-        try:
-            result = await self.chat_model.complete(request)
-        except ModelOutputTruncated as error:
-            await usage.answered(kind, error.usage)
-            self._count(kind, "truncated")
-            self._spent(kind, usage, error.tokens_in, error.tokens_out)
-            raise
-        except ModelError as error:
-            await usage.answered(kind, error.usage)
-            self._count(kind, "error")
-            raise
+        with self.tracer.start_as_current_span(
+            f"chat {request.model}",
+            kind=SpanKind.CLIENT,
+            attributes=_call_attributes(kind, request),
+        ) as span:
+            try:
+                result = await self.chat_model.complete(request)
+            except ModelOutputTruncated as error:
+                _record_billed(span, error.usage, "length")
+                span.set_attribute("error.type", error.error_class)
+                span.set_status(StatusCode.ERROR)
+                await usage.answered(kind, error.usage)
+                self._count(kind, "truncated")
+                self._spent(kind, usage, error.tokens_in, error.tokens_out)
+                raise
+            except ModelError as error:
+                _record_billed(span, error.usage, None)
+                span.set_attribute("error.type", error.error_class)
+                await usage.answered(kind, error.usage)
+                self._count(kind, "error")
+                raise
+            _record_billed(span, result.usage, result.finish_reason)
         await usage.answered(kind, result.usage)
         self._spent(kind, usage, result.tokens_in, result.tokens_out)
         if len(result.text) > max_tokens * MAX_CHARS_PER_OUTPUT_TOKEN:
@@ -283,3 +304,25 @@ class ModelCalls:
 
     def _count(self, kind: CallKind, outcome: str) -> None:
         self.metrics.model_calls.labels(kind, outcome.lower()).inc()
+
+
+def _call_attributes(kind: CallKind, request: ChatRequest) -> dict[str, str | int]:
+    """A model call's span attributes known before it is sent (GenAI semantic conventions)."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": request.model,
+        "gen_ai.request.max_tokens": request.max_output_tokens,
+        "gen_ai.output.type": "json" if request.json_mode else "text",
+        "context_memory.model_call.kind": kind,
+    }
+
+
+def _record_billed(span: Span, billed: ChatUsage | None, finish_reason: str | None) -> None:
+    """What the server said it billed for the call, on its span (nothing when it did not)."""
+    if billed is not None:
+        span.set_attribute("gen_ai.response.model", billed.model)
+        span.set_attribute("gen_ai.usage.input_tokens", billed.tokens_in)
+        span.set_attribute("gen_ai.usage.output_tokens", billed.tokens_out)
+    if finish_reason is not None:
+        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from opentelemetry.trace import Tracer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
@@ -50,7 +51,9 @@ from app.profiles.document import Operation, OperationError, OpKind, ProfileForm
 from app.profiles.service import prune_versions, save_consolidation
 from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
 from app.tokens import TokenCounters
+from app.tracing import NO_TRACER
 from app.usage import repository as usage_counts
+from app.usage.budget import BudgetStatus
 from app.usage.recorder import BudgetWatch, UsageRecorder
 
 logger = logging.getLogger("app.consolidation")
@@ -102,33 +105,40 @@ def make_consolidation_handler(
 
 
 class ConsolidationPipeline:
-    """Runs claims (see the module docstring). Holds no state between claims."""
+    """Runs claims (see the module docstring). Holds no state between claims. Its steps are
+    spans of `tracer` (the budget check, the read, the decision, the write), under the run's."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - `tracer` is optional, by keyword
         self,
         database: Database,
         settings: Settings,
         chat_model: ChatModel | None,
         metrics: Metrics,
         tokens: TokenCounters,
+        *,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self.database = database
         self.settings = settings
         self.metrics = metrics
         self.tokens = tokens
+        self.tracer = tracer
         self.recorder = UsageRecorder(database)
         self.budget = BudgetWatch(database, metrics)
         self.policy = VersionPolicy(
             tokens.stored,
             settings.memory_max_versions,
             on_policy_actions=metrics.observe_memory_policy_actions,
+            tracer=tracer,
         )
         self.clock = self.policy.clock
         self.offline = _Engine(None, SizeControl(None, metrics, tokens))
         if chat_model is None:
             self.engine = self.offline
         else:
-            model_calls = ModelCalls(chat_model, settings, metrics, tokens, clock=self.clock)
+            model_calls = ModelCalls(
+                chat_model, settings, metrics, tokens, clock=self.clock, tracer=tracer
+            )
             self.engine = _Engine(model_calls, SizeControl(model_calls, metrics, tokens))
 
     async def run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
@@ -153,7 +163,7 @@ class ConsolidationPipeline:
         for attempt in range(MAX_REBASES + 1):
             engine, status = self.engine, None
             if not engine.offline:
-                status = await self.budget.check(claimed.company_id, self.clock().date())
+                status = await self._check_budget(claimed.company_id)
             usage = Usage(on_answer=self._metering(claimed.company_id, status is not None))
             if status is not None and status.exhausted:
                 if status.budget.when_spent == "defer":
@@ -161,13 +171,16 @@ class ConsolidationPipeline:
                 engine, usage.offline = self.offline, True
                 usage.calls.append("budget=spent")
             try:
-                snapshot = await read_snapshot(self.database, claimed, self.settings.llm_model)
+                snapshot = await self._read(claimed, attempt)
             except NotFound:  # the memory was deleted (opt-out) after the job was queued
                 return await self._finish_noop(claimed, usage, "memory gone")
             if snapshot is None:
                 return await self._finish_noop(claimed, usage, "memory off or turns gone")
             try:
-                change = await self._decide(claimed, snapshot, usage, engine)
+                with self.tracer.start_as_current_span("decide") as span:
+                    span.set_attribute("context_memory.engine", _engine_name(engine))
+                    change = await self._decide(claimed, snapshot, usage, engine)
+                    span.set_attribute("context_memory.calls", usage.calls)
             except ModelError as error:
                 raise model_failure(error) from None
             if change is None:
@@ -185,7 +198,28 @@ class ConsolidationPipeline:
                 return await self._finish_noop(claimed, usage, "memory gone")
         raise JobFailure(VERSION_CONFLICT, _CONFLICT_MESSAGE, retryable=True)
 
+    async def _read(self, claimed: ClaimedJob, attempt: int) -> Snapshot | None:
+        """The read step (`read_snapshot`), a span saying what it found."""
+        with self.tracer.start_as_current_span("read snapshot") as span:
+            span.set_attribute("context_memory.rebase", attempt)
+            snapshot = await read_snapshot(self.database, claimed, self.settings.llm_model)
+            if snapshot is not None:
+                span.set_attribute("context_memory.profile.version", snapshot.version)
+                span.set_attribute("context_memory.turns", len(snapshot.turn_ids))
+                span.set_attribute("gen_ai.request.model", snapshot.model)
+            return snapshot
+
     # --- metering and the budget ---------------------------------------------------------------
+
+    async def _check_budget(self, company_id: str) -> BudgetStatus | None:
+        """The company's model budget before a decision that would call the model, a span."""
+        with self.tracer.start_as_current_span("model budget") as span:
+            status = await self.budget.check(company_id, self.clock().date())
+            span.set_attribute("context_memory.budget.limited", status is not None)
+            if status is not None:
+                span.set_attribute("context_memory.budget.exhausted", status.exhausted)
+                span.set_attribute("context_memory.budget.when_spent", status.budget.when_spent)
+            return status
 
     def _metering(self, company_id: str, budgeted: bool) -> AnswerHook:
         """Records each answered call of the company's run, right after it (its own
@@ -296,15 +330,22 @@ class ConsolidationPipeline:
         head = ExpectedHead(claimed.company_id, claimed.user_id, snapshot.version)
         source = self._source(claimed, snapshot, change, usage, engine)
         try:
-            async with self.database.sessionmaker() as session, session.begin():
-                row = await save_consolidation(session, head, change.profile, source, self.policy)
-                if row is not None:
-                    await prune_versions(session, head, self.policy)
-                version = None if row is None else row.version
-                outcome: JobOutcome = "noop" if row is None else "updated"
-                if not await complete_jobs(session, claimed, outcome=outcome, version=version):
-                    raise _LeaseLost
-                await self._count(session, claimed, outcome, offline=usage.offline)
+            with self.tracer.start_as_current_span("write version") as span:
+                span.set_attribute("context_memory.profile.expected_version", snapshot.version)
+                span.set_attribute("context_memory.operations", len(change.operations))
+                async with self.database.sessionmaker() as session, session.begin():
+                    row = await save_consolidation(
+                        session, head, change.profile, source, self.policy
+                    )
+                    if row is not None:
+                        await prune_versions(session, head, self.policy)
+                    version = None if row is None else row.version
+                    outcome: JobOutcome = "noop" if row is None else "updated"
+                    if not await complete_jobs(session, claimed, outcome=outcome, version=version):
+                        raise _LeaseLost
+                    await self._count(session, claimed, outcome, offline=usage.offline)
+                if version is not None:
+                    span.set_attribute("context_memory.profile.version", version)
         except _LeaseLost:
             return LEASE_LOST
         self.metrics.consolidations.labels(outcome).inc()
@@ -362,6 +403,10 @@ class ConsolidationPipeline:
             extra={"job_id": _job_ids(claimed), "outcome": "noop"},
         )
         return "noop"
+
+
+def _engine_name(engine: _Engine) -> str:
+    return "offline-rules" if engine.offline else "model"
 
 
 def _job_ids(claimed: ClaimedJob) -> str:

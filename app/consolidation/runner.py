@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from opentelemetry.trace import Tracer
 
 from app.config import Settings
 from app.consolidation.kinds import COALESCING, KINDS
@@ -18,6 +20,7 @@ from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.llm import create_chat_model
 from app.observability import Metrics
 from app.tokens import TokenCounters
+from app.tracing import NO_TRACER
 
 logger = logging.getLogger("app.consolidation")
 
@@ -42,7 +45,7 @@ class BackgroundWorker:
     any usage the database refused earlier, then closes the model client.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the last three are optional, by keyword
         self,
         database: Database,
         settings: Settings,
@@ -50,10 +53,14 @@ class BackgroundWorker:
         tokens: TokenCounters,
         *,
         maintenance: Sequence[Maintenance] = (),
+        tracer: Tracer = NO_TRACER,
+        instrument_http_client: Callable[[object], None] | None = None,
     ) -> None:
-        self._chat_model = create_chat_model(settings)
+        """`tracer`: the runs' spans and their steps'; `instrument_http_client` traces the
+        model client's HTTP requests (when tracing is on)."""
+        self._chat_model = create_chat_model(settings, instrument_http_client)
         self._pipeline = ConsolidationPipeline(
-            database, settings, self._chat_model, metrics, tokens
+            database, settings, self._chat_model, metrics, tokens, tracer=tracer
         )
         self.worker = Worker(
             database.engine,
@@ -61,6 +68,7 @@ class BackgroundWorker:
             worker_config(settings),
             metrics,
             maintenance=maintenance,
+            tracer=tracer,
         )
         self._task: asyncio.Task[None] | None = None
 

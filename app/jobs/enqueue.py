@@ -1,10 +1,15 @@
 """The producers' side of the queue: the kinds domains register, and queuing a job, alone or
 inside a producer's own statement (`enqueue_job_cte`), with its payload checked once; and, for a
 producer that bounds how many jobs an owner has waiting, the count of those and appending an
-item to one of them instead (`WAITING_JOBS_JOINS`, `coalesce_job_cte`)."""
+item to one of them instead (`WAITING_JOBS_JOINS`, `coalesce_job_cte`).
+
+A job, or an item appended to one, may carry the W3C `traceparent` of the request that queued
+it (`jobs.trace_context`): the run's span links to each. The statement fragments come in two
+forms, with and without it, so that a producer that is not traced binds nothing more."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.jobs.queue import JOBS, LOCK_NAMESPACE, PENDING_STATUSES, JobKind, JobPayload
 
 PAYLOAD_VALUE_MAX_CHARS: Final = 256
+TRACEPARENT: Final = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+"""A W3C `traceparent` (version, trace id, parent id, flags): ids only, checked as such."""
 _KINDS: list[JobKind] = []
 
 
@@ -47,23 +54,29 @@ class NewJob:
     payload: JobPayload
     max_attempts: int
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    trace_parent: str | None = None
+    """The `traceparent` of the request that queued it, when that was traced and sampled."""
 
     def __post_init__(self) -> None:
         _check_payload(self.payload)
+        _check_traceparent(self.trace_parent)
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
 
-def enqueue_job_cte(gate: str) -> str:
+def enqueue_job_cte(gate: str, *, traced: bool = False) -> str:
     """A `WITH` entry that queues `NewJob` exactly as `enqueue_job` does when the earlier entry
     named `gate` (a constant of the composing statement, never user input) has a row, for a
     statement that binds `:company_id` and `:user_id` itself; its other parameters come from
-    `enqueue_params`."""
+    `enqueue_params`. `traced`: the job keeps its `trace_parent` (`:job_trace_parent`)."""
+    trace_column = ", trace_context" if traced else ""
+    trace_value = ", ARRAY[CAST(:job_trace_parent AS text)]" if traced else ""
     return f""", job AS (
     INSERT INTO jobs
-        (company_id, id, user_id, kind, status, payload, attempts, max_attempts, created_at)
+        (company_id, id, user_id, kind, status, payload, attempts, max_attempts,
+         created_at{trace_column})
     SELECT :company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
-           CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp()
+           CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp(){trace_value}
     FROM {gate}
 )"""  # noqa: S608
 
@@ -75,6 +88,7 @@ def enqueue_params(job: NewJob) -> dict[str, object]:
         "job_kind": job.kind,
         "job_payload": orjson.dumps(job.payload).decode(),
         "job_max_attempts": job.max_attempts,
+        "job_trace_parent": job.trace_parent,
     }
 
 
@@ -137,20 +151,30 @@ class CoalescedItem:
     job_id: uuid.UUID
     item: str
     max_items: int
+    trace_parent: str | None = None
+    """The `traceparent` of the request that appended it, when traced and sampled."""
 
     def __post_init__(self) -> None:
         _check_payload({ITEMS_KEY: [self.item]})
+        _check_traceparent(self.trace_parent)
 
 
-def coalesce_job_cte(name: str, gate: str) -> str:
+def coalesce_job_cte(name: str, gate: str, *, traced: bool = False) -> str:
     """A `WITH` entry `name` that appends `CoalescedItem` to its job when the earlier entry
     `gate` has a row (both constants of the composing statement, never user input), for a
     statement that binds :company_id and :user_id; its other parameters come from
-    `coalesce_params`. It has a row when the item was appended.
+    `coalesce_params`. It has a row when the item was appended. `traced`: the item's
+    `trace_parent` (`:coalesce_trace_parent`) is appended to the job's trace context too.
 
     An UPDATE: it waits for a claim or another append holding the row and then re-checks the
     row as committed, so a job claimed meanwhile (no longer `queued`) or filled meanwhile is
     left alone, and concurrent appends never lose one another."""
+    trace_context = (
+        ",\n        trace_context = coalesce(cj.trace_context, ARRAY[]::text[])"
+        " || CAST(:coalesce_trace_parent AS text)"
+        if traced
+        else ""
+    )
     return f""", {name} AS (
     UPDATE jobs cj
     SET payload = jsonb_set(
@@ -158,7 +182,7 @@ def coalesce_job_cte(name: str, gate: str) -> str:
             coalesce(CASE WHEN jsonb_typeof(cj.payload -> '{ITEMS_KEY}') = 'array'
                           THEN cj.payload -> '{ITEMS_KEY}' END, '[]'::jsonb)
             || jsonb_build_array(CAST(:coalesce_item AS text))),
-        updated_at = now()
+        updated_at = now(){trace_context}
     WHERE cj.company_id = :company_id AND cj.id = CAST(:coalesce_job_id AS uuid)
       AND cj.user_id = :user_id AND cj.status = 'queued'
       AND {_job_items("cj")} < :coalesce_max_items
@@ -173,6 +197,7 @@ def coalesce_params(coalesced: CoalescedItem) -> dict[str, object]:
         "coalesce_job_id": coalesced.job_id,
         "coalesce_item": coalesced.item,
         "coalesce_max_items": coalesced.max_items,
+        "coalesce_trace_parent": coalesced.trace_parent,
     }
 
 
@@ -192,6 +217,7 @@ async def enqueue_job(
             attempts=0,
             max_attempts=job.max_attempts,
             created_at=func.clock_timestamp(),
+            trace_context=None if job.trace_parent is None else [job.trace_parent],
         )
     )
     return job.id
@@ -219,6 +245,11 @@ async def enqueue_job_once(
     if pending is not None:
         return pending, False
     return await enqueue_job(session, company_id, user_id, job), True
+
+
+def _check_traceparent(value: str | None) -> None:
+    if value is not None and not TRACEPARENT.match(value):
+        raise ValueError("trace_parent must be a W3C traceparent")
 
 
 def _check_payload(payload: Mapping[str, object]) -> None:

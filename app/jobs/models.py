@@ -11,8 +11,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, Index, String, func, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import CheckConstraint, Index, String, Text, func, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db import Base
@@ -80,6 +80,8 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     finished_at: Mapped[datetime | None]
+    # the W3C traceparent of each turn that queued the job or joined it, when sampled
+    trace_context: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
 
 
 class JobCompanyClaim(Base):

@@ -55,6 +55,8 @@ class JobRef:
     attempts: int
     max_attempts: int
     created_at: datetime
+    trace_context: tuple[str, ...] = ()
+    """The `traceparent` of each request that queued the job or joined it (when sampled)."""
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,7 @@ claimed AS (
       FROM picked
      WHERE jobs.company_id = :company_id AND jobs.id = picked.id
  RETURNING jobs.id, jobs.attempts, picked.kind, picked.payload, picked.max_attempts,
-           picked.created_at
+           picked.created_at, jobs.trace_context
 ),
 served AS (
     INSERT INTO job_company_claims (company_id, last_claimed_at)
@@ -309,7 +311,7 @@ served AS (
        SET last_claimed_at = greatest(job_company_claims.last_claimed_at,
                                       excluded.last_claimed_at)
 )
-SELECT id, attempts, kind, payload, max_attempts, created_at FROM claimed
+SELECT id, attempts, kind, payload, max_attempts, created_at, trace_context FROM claimed
  ORDER BY created_at, id
 """)  # noqa: S608 - composed of this module's constants only
 """The claim's second statement, for the owner whose lock the first one took: dead-letter the
@@ -351,7 +353,14 @@ async def _take_jobs(
     if not rows:
         return None
     refs = tuple(
-        JobRef(row["id"], row["payload"], row["attempts"], row["max_attempts"], row["created_at"])
+        JobRef(
+            row["id"],
+            row["payload"],
+            row["attempts"],
+            row["max_attempts"],
+            row["created_at"],
+            tuple(row["trace_context"] or ()),
+        )
         for row in rows
     )
     return ClaimedJob(company_id, user_id, rows[0]["kind"], token, refs)

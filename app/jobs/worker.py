@@ -6,7 +6,9 @@ steps they need; the worker knows nothing else of them.
 Each of `WORKER_CONCURRENCY` slots loops: claim (one short transaction) → run the kind's handler
 while a heartbeat task extends the lease → the handler commits its result together with
 `complete_jobs` (fenced by the lease token) → on a failure, `fail_jobs` schedules a retry or
-dead-letters. On shutdown (SIGTERM) slots stop claiming; running jobs get `shutdown_grace` seconds
+dead-letters. Each run is a span (`job <kind>`, from the claim to the outcome) in a trace of its
+own, linked to the trace of every request that queued one of its jobs: one run serves several
+turns. On shutdown (SIGTERM) slots stop claiming; running jobs get `shutdown_grace` seconds
 to finish, then are cancelled and released back to the queue, so no attempt is lost or
 double-counted.
 """
@@ -25,12 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Tracer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs.lifecycle import AttemptFailure, fail_jobs, heartbeat, release_jobs
 from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, claim_next_job
 from app.jobs.repository import queue_stats
 from app.observability import Metrics
+from app.tracing import NO_TRACER, links_to
 
 logger = logging.getLogger("app.worker")
 
@@ -92,7 +97,7 @@ class WorkerConfig:
 
 
 class Worker:
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the last two are optional, by keyword
         self,
         engine: AsyncEngine,
         handlers: Mapping[JobKind, JobHandler],
@@ -100,9 +105,12 @@ class Worker:
         metrics: Metrics,
         *,
         maintenance: Sequence[Maintenance] = (),
+        tracer: Tracer = NO_TRACER,
     ) -> None:
-        """`handlers` run the jobs of their kind; `maintenance` steps run every few minutes."""
+        """`handlers` run the jobs of their kind; `maintenance` steps run every few minutes;
+        each run is a span of `tracer`."""
         self.engine = engine
+        self.tracer = tracer
         self.maintenance = tuple(maintenance)
         self.handlers = dict(handlers)
         self.config = config
@@ -131,19 +139,23 @@ class Worker:
 
     async def run_once(self) -> ClaimedJob | None:
         """Claim and run at most one job (tests, and `worker --once` style tooling)."""
-        claimed = await self._claim()
+        claimed, claim_window = await self._claim()
         if claimed is not None:
-            await self._execute(claimed)
+            await self._execute(claimed, claim_window)
         return claimed
 
-    async def _claim(self) -> ClaimedJob | None:
-        return await claim_next_job(self.engine, self.worker_id, self.config.claim_policy)
+    async def _claim(self) -> tuple[ClaimedJob | None, tuple[int, int]]:
+        """The claim, and when it started and ended (ns since the epoch: the run's span starts
+        with the claim, which is only known to have been one once it returns a job)."""
+        started = time.time_ns()
+        claimed = await claim_next_job(self.engine, self.worker_id, self.config.claim_policy)
+        return claimed, (started, time.time_ns())
 
     async def _slot(self, number: int) -> None:
         while not self._stopping.is_set():
             self._touch_heartbeat_file()
             try:
-                claimed = await self._claim()
+                claimed, claim_window = await self._claim()
             except Exception:
                 logger.exception("claiming a job failed; retrying after the poll interval")
                 claimed = None
@@ -151,7 +163,7 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.config.poll_seconds)
                 continue
-            task = asyncio.create_task(self._execute(claimed), name=f"job-{number}")
+            task = asyncio.create_task(self._execute(claimed, claim_window), name=f"job-{number}")
             # cancelled after every job: a waiter left pending would pile up, one per job run
             stopping = asyncio.create_task(self._stopping.wait(), name=f"stop-waiter-{number}")
             self._running.add(task)
@@ -169,9 +181,24 @@ class Worker:
                 stopping.cancel()
                 self._running.discard(task)
 
-    async def _execute(self, claimed: ClaimedJob) -> None:
+    async def _execute(self, claimed: ClaimedJob, claim_window: tuple[int, int]) -> None:
         lease_lost = asyncio.Event()
         beat = asyncio.create_task(self._keep_lease(claimed, lease_lost))
+        span = self.tracer.start_span(
+            f"job {claimed.kind}",
+            kind=SpanKind.CONSUMER,
+            links=links_to(parent for job in claimed.jobs for parent in job.trace_context),
+            attributes=_job_attributes(claimed),
+            start_time=claim_window[0],
+        )
+        with trace.use_span(span, end_on_exit=True):
+            self.tracer.start_span("claim", start_time=claim_window[0]).end(claim_window[1])
+            outcome = await self._run(claimed, lease_lost, beat)
+            span.set_attribute("context_memory.job.outcome", outcome)
+
+    async def _run(
+        self, claimed: ClaimedJob, lease_lost: asyncio.Event, beat: asyncio.Task[None]
+    ) -> str:
         started = time.perf_counter()
         outcome = "failed"
         try:
@@ -202,6 +229,7 @@ class Worker:
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
+        return outcome
 
     async def _fail(self, claimed: ClaimedJob, failure: JobFailure) -> str:
         return await fail_jobs(self.engine, claimed, failure.failure)
@@ -255,6 +283,16 @@ class Worker:
         if self.config.heartbeat_file is not None:
             with contextlib.suppress(OSError):
                 self.config.heartbeat_file.touch()
+
+
+def _job_attributes(claimed: ClaimedJob) -> dict[str, str | int | list[str]]:
+    """What the run's span says of its claim: ids and counts, nothing of the owner."""
+    return {
+        "context_memory.job.kind": claimed.kind,
+        "context_memory.job.ids": [str(job.id) for job in claimed.jobs],
+        "context_memory.job.count": len(claimed.jobs),
+        "context_memory.job.attempt": max(job.attempts for job in claimed.jobs),
+    }
 
 
 def heartbeat_is_fresh(path: Path, max_age_seconds: float) -> bool:

@@ -22,6 +22,7 @@ from typing import Final
 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from opentelemetry.trace import Tracer
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -48,11 +49,12 @@ class McpEndpoint:
 
     @asynccontextmanager
     async def running(
-        self, database: Database, policy: VersionPolicy, limiter: RateLimiter
+        self, database: Database, policy: VersionPolicy, limiter: RateLimiter, tracer: Tracer
     ) -> AsyncIterator[None]:
         """Serve MCP on `database` for the life of the block (a new server each time: the
-        SDK's session manager runs once); edits count against `limiter`'s memory writes."""
-        server = build_server(database, policy, limiter)
+        SDK's session manager runs once); edits count against `limiter`'s memory writes; each
+        tool call is a span of `tracer`."""
+        server = build_server(database, policy, limiter, tracer)
         server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             json_response=True,

@@ -12,15 +12,17 @@ before anything is read or written. The service would otherwise strip a NUL that
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Final, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -41,6 +43,7 @@ from app.profiles.schemas import MemoryIn, VersionSummaryOut
 from app.profiles.versions import EntityTags, VersionPolicy, WriteConditions
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.policy import RouteClass
+from app.tracing import NO_TRACER
 
 PROFILE_URI: Final = "memory://me/profile"
 SERVER_NAME: Final = "context-memory"
@@ -146,13 +149,35 @@ def _admit_write(limiter: RateLimiter) -> None:
         )
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _traced(tracer: Tracer, tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """`tool` run in a span of its own (GenAI's `execute_tool`), named for the tool and
+    carrying no argument; the signature the SDK reads its schema from is kept."""
+    name = tool.__name__
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+
+    @functools.wraps(tool)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes):
+            return await tool(*args, **kwargs)
+
+    return run
+
+
 def build_server(  # noqa: PLR0915 - one nested function per tool
-    database: Database, policy: VersionPolicy, limiter: RateLimiter
+    database: Database, policy: VersionPolicy, limiter: RateLimiter, tracer: Tracer = NO_TRACER
 ) -> MCPServer:
     """The MCP server of one app: its tools reach `database`, writes follow `policy` and
-    count against the caller's and the company's memory-write rate limits, as REST's do."""
+    count against the caller's and the company's memory-write rate limits, as REST's do;
+    each call is a span of `tracer`."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="0.1.0")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    def traced(tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+        return _traced(tracer, tool)
 
     @asynccontextmanager
     async def transaction() -> AsyncIterator[AsyncSession]:
@@ -168,11 +193,13 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
         return Memory(version=row.version, content=row.content, updated_at=row.created_at)
 
     @server.tool(annotations=read_only)
+    @traced
     async def read_memory() -> Memory:
         """Read your memory profile: its content and the version to edit it against."""
         return await head()
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    @traced
     async def edit_memory(content: str, expected_version: VersionNumber | None) -> Edit:
         """Replace your memory profile with `content` (the whole memory.md), conditional on
         `expected_version`: the version read_memory returned (null when there was none)."""
@@ -193,6 +220,7 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
         return Edit(version=row.version, written=outcome.written, content=row.content)
 
     @server.tool(annotations=read_only)
+    @traced
     async def list_memory_versions(
         limit: Limit = DEFAULT_LIMIT, cursor: str | None = None
     ) -> Page[VersionSummaryOut]:
@@ -209,6 +237,7 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
         return VersionSummaryOut.page(page)
 
     @server.tool(annotations=read_only)
+    @traced
     async def diff_memory_versions(
         version: VersionNumber, against: Annotated[int, Field(ge=0, le=MAX_VERSION)] | None = None
     ) -> Diff:
@@ -222,6 +251,7 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
         return Diff(from_version=diff.from_version, to_version=diff.to_version, diff=diff.diff)
 
     @server.tool(annotations=read_only)
+    @traced
     async def read_memory_enablement(
         space_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")],
     ) -> DecisionOut:

@@ -136,8 +136,14 @@ async def write_screened(
     `allow` included, goes to `policy.on_policy_actions`. Retention is the caller's.
     """
     head = stored_profile(state.row)
-    company_policy = await read_memory_policy(session, state.company_id)
-    screened = screen(head, write.profile, company_policy)
+    with policy.tracer.start_as_current_span("memory policy") as span:
+        company_policy = await read_memory_policy(session, state.company_id)
+        screened = screen(head, write.profile, company_policy)
+        span.set_attribute("context_memory.memory_policy.findings", len(screened.actions))
+        span.set_attribute(
+            "context_memory.memory_policy.actions",
+            [f"{action.category.value}:{action.action.value}" for action in screened.actions],
+        )
     policy.on_policy_actions(screened.actions)
     if write.submitted is not None and screened.dropped:
         lines = refused_lines(write.submitted, head, company_policy, state.user_id)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from opentelemetry.trace import Tracer
+
 from app.enablement.models import MAX_MAX_TOKENS
 from app.errors import NotFound, PreconditionFailed, PreconditionRequired, Unprocessable
 from app.profiles.document import (
@@ -30,6 +32,7 @@ from app.profiles.document import (
 )
 from app.profiles.policy import PolicyAction
 from app.tokens import TokenCounter
+from app.tracing import NO_TRACER
 
 VersionReason = Literal[
     "consolidation", "condensation", "truncation", "user_edit", "restore", "retention"
@@ -60,13 +63,15 @@ class VersionPolicy:
     policy did at each write (the service's metrics; counted when the write is made, so a
     write rolled back afterwards, by a worker's lost lease say, is counted still). A user's
     first write creates their memory folder only while the company has fewer users with
-    memory than `users_with_memory_quota` (0: no quota)."""
+    memory than `users_with_memory_quota` (0: no quota). The memory policy's screening of each
+    write is a span of `tracer`."""
 
     counter: TokenCounter
     keep: int
     clock: Callable[[], datetime] = _utc_now
     on_policy_actions: Callable[[Sequence[PolicyAction]], None] = _unobserved
     users_with_memory_quota: int = 0
+    tracer: Tracer = NO_TRACER
 
 
 class VersionConflict(PreconditionFailed):

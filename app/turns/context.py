@@ -39,6 +39,7 @@ from app.jobs.queue import JobPayload
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
 from app.tokens import TokenCounter, TokenCounters, utf8_bound
+from app.tracing import current_traceparent
 from app.turns import repository
 from app.turns.memory import memory_to_inject
 from app.turns.repository import ContextRow
@@ -263,7 +264,9 @@ async def _queue_condensation(
     """The user's pending condensation, queued now if there is none, committed before the
     answer (a transaction of its own: the rare extra statements of an over-budget load)."""
     async with database.sessionmaker() as session, session.begin():
-        job = NewJob(CONDENSATION, payload, settings.job_max_attempts)
+        job = NewJob(
+            CONDENSATION, payload, settings.job_max_attempts, trace_parent=current_traceparent()
+        )
         job_id, _ = await enqueue_job_once(session, principal.company_id, principal.user_id, job)
     return job_id
 

@@ -21,6 +21,7 @@ from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.db import Database
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
+from app.tracing import current_traceparent
 from app.turns.save import TurnSubmission, save_turn
 from app.turns.schemas import TurnRequest
 
@@ -55,7 +56,9 @@ async def request_consolidation(
         response=ResponseIn(content=body.assistant),
     )
     # refuse_skipped: not enabled is a 409 with the reason, and nothing is written
-    submission = TurnSubmission(principal, RESERVED_CHAT_ID, turn, refuse_skipped=True)
+    submission = TurnSubmission(
+        principal, RESERVED_CHAT_ID, turn, refuse_skipped=True, trace_parent=current_traceparent()
+    )
     outcome = await save_turn(database, submission, settings=settings)
     return uuid.UUID(orjson.loads(outcome.body)["consolidation"]["job_id"])
 

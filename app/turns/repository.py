@@ -236,21 +236,27 @@ def idempotency_lock_key(company_id: str, user_id: str, key: str) -> str:
 _PLANNED = ", planned AS MATERIALIZED (SELECT 1 FROM turn_locks)"
 _PLANNED_WITH_FOLDER = f", planned AS MATERIALIZED ({user_folder_key_share('turn_locks')}\n)"
 _FOLDER_HELD = f", folder_held AS MATERIALIZED ({user_folder_key_share('turn_locks')}\n)"
-_PLANNED_COALESCED = _FOLDER_HELD + coalesce_job_cte("planned", "folder_held")
 
 NO_JOB, NEW_JOB, COALESCED = "none", "new", "coalesced"
-_PLANNED_BY_MODE = {NO_JOB: _PLANNED, NEW_JOB: _PLANNED_WITH_FOLDER, COALESCED: _PLANNED_COALESCED}
 
 
-def _turn_write(job_mode: str, with_record: bool) -> tuple[str, tuple[str, ...]]:
+def _planned(job_mode: str, traced: bool) -> str:
+    if job_mode == COALESCED:
+        return _FOLDER_HELD + coalesce_job_cte("planned", "folder_held", traced=traced)
+    return _PLANNED_WITH_FOLDER if job_mode == NEW_JOB else _PLANNED
+
+
+def _turn_write(job_mode: str, with_record: bool, traced: bool) -> tuple[str, tuple[str, ...]]:
+    """The write's statement; `traced`: its job keeps the turn's `traceparent` (the statement
+    of an untraced turn binds nothing more)."""
     stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
     held = "(SELECT count(*) FROM folder_held)" if job_mode == COALESCED else "1"
     # constant fragments of their owners, never user input
     parts = [
         TURN_LOCKS_CTE,
-        _PLANNED_BY_MODE[job_mode],
+        _planned(job_mode, traced),
         TURN_ROWS_CTE,
-        enqueue_job_cte("planned") if job_mode == NEW_JOB else "",
+        enqueue_job_cte("planned", traced=traced) if job_mode == NEW_JOB else "",
         IDEMPOTENCY_RECORD_CTE if with_record else "",
         "\nSELECT (SELECT count(*) FROM planned) AS planned,"  # noqa: S608
         f" (SELECT count(*) FROM message) AS saved, {stored} AS stored,"
@@ -260,9 +266,10 @@ def _turn_write(job_mode: str, with_record: bool) -> tuple[str, tuple[str, ...]]
 
 
 _TURN_WRITE = {
-    (mode, record): _turn_write(mode, record)
-    for mode in _PLANNED_BY_MODE
+    (mode, record, traced): _turn_write(mode, record, traced)
+    for mode in (NO_JOB, NEW_JOB, COALESCED)
     for record in (False, True)
+    for traced in ((False, True) if mode != NO_JOB else (False,))
 }
 
 
@@ -297,7 +304,8 @@ async def write_turn(
     commit, the folder is deleted, with the pending jobs, only after this turn is written.
     A coalesced turn is written only together with
     its id in the waiting job, which must still be queued (`coalesce_job_cte`): a claim that
-    took the job first never loses the turn's consolidation.
+    took the job first never loses the turn's consolidation. The job's `trace_parent`, when
+    it has one, is written with it.
     """
     params = turn_params(turn, messages)
     mode = NO_JOB
@@ -309,7 +317,8 @@ async def write_turn(
         params |= enqueue_params(job) | {"folder_path": user_folder_path(turn.user_id)}
     if record is not None:
         params |= record_params(record)
-    sql, names = _TURN_WRITE[(mode, record is not None)]
+    traced = job is not None and job.trace_parent is not None
+    sql, names = _TURN_WRITE[(mode, record is not None, traced)]
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     if not row["planned"]:
         return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN

@@ -21,6 +21,7 @@ from app.lean_routes import LeanRoute, Provider
 from app.rate_limits.dependency import lean_provider, rate_limited, remember_principal
 from app.rate_limits.policy import RouteClass
 from app.tokens import TokenCounters
+from app.tracing import current_traceparent
 from app.turns import context, idempotency, save
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
 from app.usage.meter import UsageMeterDep, usage_meter
@@ -209,7 +210,9 @@ async def save_turn(
     idempotency_key: IdempotencyKeyDep,
     meter: UsageMeterDep,
 ) -> Response:
-    submission = save.TurnSubmission(principal, chat_id, body, idempotency_key)
+    submission = save.TurnSubmission(
+        principal, chat_id, body, idempotency_key, trace_parent=current_traceparent()
+    )
     outcome = await save.save_turn(db, submission, settings=settings)
     meter.turn_saved(principal.company_id, replayed=outcome.replayed)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None

@@ -84,7 +84,8 @@ class TurnSubmission:
     """One turn handed in: by whom, to which chat, what, and under which `Idempotency-Key`.
 
     `refuse_skipped`: a turn whose consolidation would be skipped is a 409 with the reason,
-    and nothing is written (explicit consolidation).
+    and nothing is written (explicit consolidation). `trace_parent`: the request's W3C
+    `traceparent` when it is traced and sampled, kept by the job that consolidates the turn.
     """
 
     principal: Principal
@@ -92,6 +93,7 @@ class TurnSubmission:
     request: TurnRequest
     idempotency_key: str | None = None
     refuse_skipped: bool = False
+    trace_parent: str | None = None
 
 
 async def save_turn(
@@ -213,9 +215,10 @@ async def _plan_and_write(
     payload = plan.job_payload(turn.id, request.space_id)
     job, job_id = None, None
     if payload is not None:
-        job, job_id = _consolidation_job(
-            NewJob(CONSOLIDATION, payload, settings.job_max_attempts), row, services, queue
+        new_job = NewJob(
+            CONSOLIDATION, payload, settings.job_max_attempts, trace_parent=submission.trace_parent
         )
+        job, job_id = _consolidation_job(new_job, row, services, queue)
     status = QUEUED if job is not None else SKIPPED
     body = turn_saved_json(turn.id, len(messages), job_id=job_id, skipped_reason=skipped)
     record = None
@@ -248,7 +251,9 @@ def _consolidation_job(
     turn_id = job.payload["turn_id"]
     if not isinstance(turn_id, str):
         raise TypeError("a turn's consolidation payload names its turn")
-    coalesced = CoalescedItem(placement.coalesce_into, turn_id, limits.job_max_turns)
+    coalesced = CoalescedItem(
+        placement.coalesce_into, turn_id, limits.job_max_turns, trace_parent=job.trace_parent
+    )
     return coalesced, coalesced.job_id
 
 

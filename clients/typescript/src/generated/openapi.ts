@@ -93,7 +93,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description Scraped by Prometheus: request latency by route template, 503s for an unreachable database, the job queue, consolidation outcomes and model tokens, as counted by the process that answers.
+         * @description Scraped by Prometheus: request latency by route template, 503s for an unreachable database, the job queue, consolidation outcomes and model tokens, as counted by the process that answers. In the Prometheus text format, or OpenMetrics when the scraper asks for it (`Accept: application/openmetrics-text`), whose latency buckets carry trace ids as exemplars when tracing is on.
          */
         get: operations["metrics_metrics_get"];
         put?: never;
@@ -2219,6 +2219,8 @@ export interface components {
             detail: string;
             /** @description Quote it when reporting a problem */
             request_id?: string;
+            /** @description The request's trace (W3C trace id), when tracing is on and the request was sampled */
+            trace_id?: string;
             /** @description The offending fields, for invalid requests */
             errors?: components["schemas"]["ProblemField"][];
         };

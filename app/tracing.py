@@ -1,0 +1,500 @@
+"""Tracing: the OpenTelemetry SDK as the standard `OTEL_*` variables configure it, off when
+they configure nothing; what a span may carry, and the trace context a queued job keeps.
+
+The switch (`tracing_requested`): on when `OTEL_TRACES_EXPORTER` names an exporter other than
+`none`, or when an OTLP endpoint is set (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); off otherwise, and whenever `OTEL_SDK_DISABLED=true`.
+Off, nothing is instrumented: the app is built with FastAPI's telemetry disabled, asyncpg is
+not wrapped, and every span the service would start goes to a no-op tracer.
+
+On, one `Tracing` per app: its tracer provider is built with the app (no thread, no exporter),
+and `start()`, in the lifespan of each process (after `serve --workers N` spawned it), adds the
+exporter and instruments asyncpg; `stop()` flushes and undoes both.
+
+What leaves the process is redacted (`redacted`): span attributes are kept only under the keys
+of `ALLOWED_ATTRIBUTES` (or the service's own `context_memory.` prefix), exception events keep
+their type only and statuses lose their description. So no message text, profile line, SQL
+parameter, header or token reaches an exporter, whatever an instrumentation adds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Final
+
+from fastapi.telemetry import TelemetryConfig
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import sampling as sdk_sampling
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind, Status, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import Attributes
+
+SERVICE: Final = "context-memory"
+NO_TRACER: Final[Tracer] = trace.NoOpTracer()
+"""What code that may trace holds when tracing is off (and by default)."""
+
+UNTRACED_PATHS: Final = frozenset({"/metrics", "/healthz", "/readyz"})
+"""Scraped or probed every few seconds: never a trace of their own."""
+
+ALLOWED_ATTRIBUTES: Final = frozenset(
+    {
+        # HTTP server (FastAPI) and client (httpx) spans: never headers, never the query
+        "http.request.method",
+        "http.request.method_original",
+        "http.response.status_code",
+        "http.route",
+        "url.scheme",
+        "url.path",
+        "server.address",
+        "server.port",
+        "network.protocol.version",
+        "network.peer.address",
+        "network.peer.port",
+        "http.method",  # the older HTTP conventions the client instrumentation still writes
+        "http.status_code",
+        "http.scheme",
+        "http.flavor",
+        "error.type",
+        # database statements (asyncpg): SQL text with placeholders, never parameter values
+        "db.system",
+        "db.system.name",
+        "db.name",
+        "db.namespace",
+        "db.user",
+        "db.statement",
+        "db.query.text",
+        "db.operation.name",
+        "net.peer.name",
+        "net.peer.port",
+        "net.transport",
+        # model calls and tools (GenAI semantic conventions), never prompts or answers
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.request.max_tokens",
+        "gen_ai.output.type",
+        "gen_ai.response.model",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.tool.name",
+    }
+)
+OWN_PREFIX: Final = "context_memory."
+"""The service's own attributes: ids, counts, versions and outcomes, never text."""
+
+_EXPORTER_VARIABLES: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_PROTOCOL_VARIABLES: Final = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+class TracingConfigError(ValueError):
+    """The `OTEL_*` variables ask for something this service cannot do; raised at startup."""
+
+
+def tracing_requested(environ: Mapping[str, str]) -> bool:
+    """Whether the standard variables ask for traces (the switch, see the module docstring)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = _exporter_names(environ)
+    if exporters:
+        return exporters != ["none"]
+    return any(environ.get(name, "").strip() for name in _EXPORTER_VARIABLES)
+
+
+def _exporter_names(environ: Mapping[str, str]) -> list[str]:
+    raw = environ.get("OTEL_TRACES_EXPORTER", "")
+    return [name.strip().lower() for name in raw.split(",") if name.strip()]
+
+
+def exporters_from_environment(environ: Mapping[str, str]) -> list[SpanExporter]:
+    """The span exporters `OTEL_TRACES_EXPORTER` names (`otlp` when unset): OTLP over
+    HTTP/protobuf, configured by the `OTEL_EXPORTER_OTLP_*` variables, and `console`."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter,
+    )
+
+    exporters: list[SpanExporter] = []
+    for name in _exporter_names(environ) or ["otlp"]:
+        if name == "otlp":
+            protocol = next(
+                (environ[v].strip() for v in _PROTOCOL_VARIABLES if environ.get(v, "").strip()),
+                "http/protobuf",
+            )
+            if protocol != "http/protobuf":
+                raise TracingConfigError(
+                    f"OTLP protocol {protocol!r} is not supported: use http/protobuf "
+                    "(the collector's port 4318)"
+                )
+            exporters.append(OTLPSpanExporter(endpoint=_traces_endpoint(environ)))
+        elif name == "console":
+            exporters.append(ConsoleSpanExporter())
+        elif name != "none":
+            raise TracingConfigError(
+                f"OTEL_TRACES_EXPORTER={name!r} is not supported: use otlp, console or none"
+            )
+    return exporters
+
+
+def _traces_endpoint(environ: Mapping[str, str]) -> str | None:
+    """The OTLP/HTTP traces URL: the signal's own, else the base endpoint + `/v1/traces`
+    (None: the exporter's default, a collector on localhost)."""
+    own = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if own:
+        return own
+    base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return f"{base.rstrip('/')}/v1/traces" if base else None
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+_SAMPLERS: Final[Mapping[str, Callable[[float], Sampler]]] = {
+    "always_on": lambda _: sdk_sampling.ALWAYS_ON,
+    "always_off": lambda _: sdk_sampling.ALWAYS_OFF,
+    "parentbased_always_on": lambda _: sdk_sampling.DEFAULT_ON,
+    "parentbased_always_off": lambda _: sdk_sampling.DEFAULT_OFF,
+    "traceidratio": sdk_sampling.TraceIdRatioBased,
+    "parentbased_traceidratio": sdk_sampling.ParentBasedTraceIdRatio,
+}
+
+
+def sampler_from(environ: Mapping[str, str]) -> Sampler:
+    """`OTEL_TRACES_SAMPLER` (default `parentbased_always_on`) with `OTEL_TRACES_SAMPLER_ARG`
+    (the ratio, default 1.0); a name or ratio the SDK would ignore is refused at startup."""
+    name = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_always_on"
+    make = _SAMPLERS.get(name)
+    if make is None:
+        raise TracingConfigError(
+            f"OTEL_TRACES_SAMPLER={name!r} is not supported: use one of {', '.join(_SAMPLERS)}"
+        )
+    raw = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip() or "1.0"
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise TracingConfigError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not a ratio in [0, 1]")
+    return make(ratio)
+
+
+class ServiceSampler(Sampler):
+    """The configured sampler (`OTEL_TRACES_SAMPLER`), with two rules for a span that would
+    start a trace:
+
+    - a client span (a database statement, an outgoing HTTP call) never starts one: statements
+      join the request or job they serve, and the worker's idle polls, heartbeats and
+      housekeeping leave no traces;
+    - a job's span, whose trace links to the turns that queued it, is sampled when any of those
+      turns was: a turn sampled at 10 % still leads to its consolidation.
+    """
+
+    def __init__(self, configured: Sampler) -> None:
+        self.configured = configured
+
+    def should_sample(  # noqa: PLR0913, PLR0917 - the SDK's signature
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: trace.TraceState | None = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if not parent.is_valid:
+            if kind is SpanKind.CLIENT:
+                return SamplingResult(Decision.DROP)
+            if links and any(link.context.trace_flags.sampled for link in links):
+                return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+        return self.configured.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"ServiceSampler{{{self.configured.get_description()}}}"
+
+
+# --- redaction --------------------------------------------------------------------------------
+
+
+def allowed_attribute(key: str) -> bool:
+    return key in ALLOWED_ATTRIBUTES or key.startswith(OWN_PREFIX)
+
+
+def _kept(attributes: Attributes) -> dict[str, Any]:
+    return {k: v for k, v in (attributes or {}).items() if allowed_attribute(k)}
+
+
+def redacted(span: ReadableSpan) -> ReadableSpan:
+    """`span` as it may leave the process: allowed attributes only, exception events with
+    their type only (their message may quote a value), no status description, links without
+    attributes."""
+    events = [
+        Event(
+            event.name,
+            {k: v for k, v in (event.attributes or {}).items() if k == "exception.type"},
+            event.timestamp,
+        )
+        for event in span.events
+    ]
+    links = [Link(link.context) for link in span.links]
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=_kept(span.attributes),
+        events=events,
+        links=links,
+        kind=span.kind,
+        status=Status(span.status.status_code),
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+class RedactingSpanProcessor(SpanProcessor):
+    """Hands `redacted` spans to the exporting processor it wraps."""
+
+    def __init__(self, exporting: SpanProcessor) -> None:
+        self.exporting = exporting
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.exporting.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.exporting.on_end(redacted(span))
+
+    def shutdown(self) -> None:
+        self.exporting.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporting.force_flush(timeout_millis)
+
+
+# --- the trace context a job keeps ------------------------------------------------------------
+
+_PROPAGATOR: Final = TraceContextTextMapPropagator()
+
+
+def current_traceparent() -> str | None:
+    """The W3C `traceparent` of the current span when it is sampled (what a queued job keeps
+    to link its run to the turn), else None. With tracing off: one context lookup."""
+    context = trace.get_current_span().get_span_context()
+    if not context.trace_flags.sampled:
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def links_to(traceparents: Iterable[str]) -> list[Link]:
+    """A span link to each valid `traceparent` (others are skipped)."""
+    links = []
+    for traceparent in traceparents:
+        context = trace.get_current_span(
+            _PROPAGATOR.extract({"traceparent": traceparent})
+        ).get_span_context()
+        if context.is_valid:
+            links.append(Link(context))
+    return links
+
+
+def trace_ids() -> tuple[str, str] | None:
+    """(trace id, span id) of the current span, in hex, when there is one that is sampled."""
+    context = trace.get_current_span().get_span_context()
+    if not context.trace_flags.sampled:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
+# --- the process's tracing --------------------------------------------------------------------
+
+
+def _resource(environ: Mapping[str, str]) -> Resource:
+    """`OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`, the service's name by default."""
+    detected = Resource.create()
+    name = environ.get("OTEL_SERVICE_NAME", "").strip() or str(
+        detected.attributes.get(SERVICE_NAME, "")
+    )
+    if not name or name.startswith("unknown_service"):
+        name = SERVICE
+    return detected.merge(Resource({SERVICE_NAME: name}))
+
+
+class Tracing:
+    """Off (`provider` None: no-op tracer, nothing instrumented) or on: an SDK tracer provider
+    whose spans, redacted, go to the exporters `make_exporters` builds at `start()`."""
+
+    def __init__(
+        self,
+        provider: TracerProvider | None,
+        make_exporters: Callable[[], list[SpanExporter]] = list,
+        *,
+        batch: bool = True,
+    ) -> None:
+        self.provider = provider
+        self.tracer: Tracer = NO_TRACER if provider is None else provider.get_tracer("app")
+        self._make_exporters = make_exporters
+        self._batch = batch
+        self._started = False
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Tracing:
+        """As the `OTEL_*` variables say (see `tracing_requested`)."""
+        env = os.environ if environ is None else environ
+        if not tracing_requested(env):
+            return cls(None)
+        exporters_from_environment(env)  # a configuration error fails the app, not a request
+        return cls(_provider(env), lambda: exporters_from_environment(env))
+
+    @classmethod
+    def exporting_to(cls, exporter: SpanExporter) -> Tracing:
+        """On, every span (redacted) handed to `exporter` as it ends: for tests."""
+        return cls(_provider({}), lambda: [exporter], batch=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider is not None
+
+    def fastapi_telemetry(self) -> TelemetryConfig:
+        """FastAPI's own telemetry: the server span of each request when on (nothing else:
+        metrics are Prometheus', logs are ours, and no span per dependency); entirely off
+        otherwise, which leaves one constant check per request."""
+        return {
+            "tracer_provider": self.provider,
+            "tracing": self.enabled,
+            "metrics": False,
+            "logs": False,
+            "operation_spans": False,
+            "auto_configure": False,
+            "exclude": _door(self.provider.sampler) if self.provider is not None else None,
+        }
+
+    def start(self) -> None:
+        """In each process, before it serves: the exporters, and asyncpg's statements."""
+        if self.provider is None or self._started:
+            return
+        for exporter in self._make_exporters():
+            exporting = (
+                BatchSpanProcessor(exporter) if self._batch else SimpleSpanProcessor(exporter)
+            )
+            self.provider.add_span_processor(RedactingSpanProcessor(exporting))
+        _SampledStatements().instrument(tracer_provider=self.provider)  # type: ignore[no-untyped-call]
+        self._started = True
+
+    def stop(self) -> None:
+        """Flush what is left, and undo `start`."""
+        if self.provider is None or not self._started:
+            return
+        _SampledStatements().uninstrument()  # type: ignore[no-untyped-call]
+        self.provider.shutdown()
+        self._started = False
+
+    def instrument_http_client(self, client: object) -> None:
+        """Trace the requests of an httpx2 client (the language model's), when on."""
+        if self.provider is None:
+            return
+        from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor  # noqa: PLC0415
+
+        HTTPX2ClientInstrumentor.instrument_client(client, tracer_provider=self.provider)  # type: ignore[arg-type]
+
+
+def _provider(environ: Mapping[str, str]) -> TracerProvider:
+    return TracerProvider(
+        sampler=ServiceSampler(sampler_from(environ)),
+        resource=_resource(environ),
+        shutdown_on_exit=False,
+        id_generator=_DoorIds(),
+    )
+
+
+# --- head sampling at the door ----------------------------------------------------------------
+#
+# FastAPI's telemetry builds a request's server span, its attributes, the propagated context and
+# wrapped send/receive callables even when the sampler then drops the span: about 130 µs of a
+# turn-save's CPU, and asyncpg's instrumentation as much again for the statements of a request
+# nobody will see. So the sampler is asked first, at the door (FastAPI's `exclude` hook, before
+# any of that work), with the request's propagated parent and a trace id drawn here; a request
+# it drops is not instrumented at all, and one it keeps gets a server span with that same trace
+# id (`_DoorIds`), so the SDK's own sampling of that span decides as the door did.
+
+_DOOR_TRACE_ID: ContextVar[int | None] = ContextVar("door_trace_id", default=None)
+
+
+class _DoorIds(RandomIdGenerator):
+    """Random ids, except the next trace id of a request the door let in: the one it sampled."""
+
+    def generate_trace_id(self) -> int:
+        drawn = _DOOR_TRACE_ID.get()
+        if drawn is None:
+            return super().generate_trace_id()
+        _DOOR_TRACE_ID.set(None)
+        return drawn
+
+
+def _traceparent_carrier(scope: MutableMapping[str, Any]) -> dict[str, str]:
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope.get("headers", ())
+        if name in (b"traceparent", b"tracestate")
+    }
+
+
+def _door(sampler: Sampler) -> Callable[[MutableMapping[str, Any]], bool]:
+    """FastAPI's `exclude` hook: True (not instrumented) for the untraced paths and for a
+    request the sampler drops."""
+
+    def excluded(scope: MutableMapping[str, Any]) -> bool:
+        if scope.get("path") in UNTRACED_PATHS:
+            return True
+        parent = _PROPAGATOR.extract(_traceparent_carrier(scope))
+        trace_id = _DOOR_IDS.generate_trace_id()
+        decision = sampler.should_sample(parent, trace_id, "door", SpanKind.SERVER).decision
+        if decision is Decision.DROP:
+            return True
+        if not trace.get_current_span(parent).get_span_context().is_valid:
+            _DOOR_TRACE_ID.set(trace_id)  # the server span starts the trace: with this id
+        return False
+
+    return excluded
+
+
+_DOOR_IDS = RandomIdGenerator()
+
+
+class _SampledStatements(AsyncPGInstrumentor):
+    """asyncpg's instrumentation, for the statements of a sampled trace only. `ServiceSampler`
+    never lets a statement start a trace, so outside a recording span the instrumentation
+    would build a span that is dropped (after matching a regular expression over the whole
+    statement and hydrating its attributes): the statement runs without it instead."""
+
+    async def _do_execute(self, func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if not trace.get_current_span().is_recording():
+            return await func(*args, **kwargs)
+        return await super()._do_execute(func, instance, args, kwargs)  # type: ignore[no-untyped-call]
+
+    async def _do_cursor_execute(self, func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if not trace.get_current_span().is_recording():
+            return await func(*args, **kwargs)
+        return await super()._do_cursor_execute(func, instance, args, kwargs)  # type: ignore[no-untyped-call]
+
+    async def _do_prepared_execute(self, func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if not trace.get_current_span().is_recording():
+            return await func(*args, **kwargs)
+        return await super()._do_prepared_execute(func, instance, args, kwargs)  # type: ignore[no-untyped-call]
