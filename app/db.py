@@ -106,7 +106,7 @@ class DriverPool:
                     async with self._logged(conn):
                         yield conn
                 except Exception as error:
-                    if conn.is_closed() or _server_refuses(error):
+                    if connection_is_spent(conn, error):
                         conn.terminate()
                         await pool.expire_connections()
                     raise
@@ -194,6 +194,13 @@ def _drop_refusing_connections(context: ExceptionContext) -> None:
     (they would all fail the same way until a restart); new ones go to the writable host."""
     if _server_refuses(context.original_exception):
         context.is_disconnect = True
+
+
+def connection_is_spent(conn: asyncpg.Connection, error: BaseException) -> bool:
+    """After `error` on `conn`: the connection, and every other one opened to the same server,
+    is of no more use (closed under it, or its server refuses as `_server_refuses` says). The
+    one rule of the driver pool and of the worker's statements on the engine's connections."""
+    return conn.is_closed() or _server_refuses(error)
 
 
 def _server_refuses(error: BaseException) -> bool:

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import is_database_unavailable, positional
+from app.db import connection_is_spent, positional
 
 
 @asynccontextmanager
@@ -35,7 +35,7 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connec
         try:
             yield conn
         except Exception as error:
-            if conn.is_closed() or is_database_unavailable(error):
+            if connection_is_spent(conn, error):
                 engine.sync_engine.pool._invalidate(raw, error)  # what a disconnect does
             raise
 
