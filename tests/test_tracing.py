@@ -508,3 +508,51 @@ def test_a_log_line_names_the_span_in_progress_when_sampled() -> None:
     context = span.get_span_context()
     assert line["trace_id"] == format(context.trace_id, "032x")
     assert line["span_id"] == format(context.span_id, "016x")
+
+
+HOSTILE_TRACEPARENTS = [
+    "",
+    "garbage",
+    "00-" + "0" * 32 + "-" + PARENT_ID + "-01",  # an all-zero trace id is invalid
+    "00-" + "f" * 32 + "-" + "0" * 16 + "-01",  # so is an all-zero span id
+    "ff-" + "a" * 32 + "-" + PARENT_ID + "-01",  # version ff is forbidden
+    "00-" + "A" * 32 + "-" + PARENT_ID + "-01",  # upper-case hex is not W3C's
+    "00-" + "a" * 32 + "-" + PARENT_ID + "-01'; DROP TABLE jobs; --",
+    "00-" + "a" * 4096 + "-" + PARENT_ID + "-01",
+    "00-" + "a" * 32 + "-" + PARENT_ID + "-01\u00e9",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_TRACEPARENTS)
+async def test_a_hostile_traceparent_is_a_fresh_trace_and_never_reaches_the_job(
+    database_url: str, auth: AuthFactory, hostile: str
+) -> None:
+    """A malformed `traceparent` (as any client may send) is ignored: the turn is saved, its
+    trace is a new one, and what the job keeps is the service's own well-formed traceparent,
+    never the header's text."""
+    exporter = InMemorySpanExporter()
+    app = create_app(make_settings(database_url), Tracing.exporting_to(exporter))
+    async with LifespanManager(app), client_of(app) as client:
+        await enable_company(client, auth)
+        saved = await client.post(
+            "/v1/chats/chat-1/turns",
+            json={
+                "space_id": "space-1",
+                "messages": [{"role": "user", "content": "I live in Berlin."}],
+                "response": {"content": "Noted."},
+            },
+            headers={name.encode(): value.encode() for name, value in auth().items()}
+            | {b"traceparent": hostile.encode()},
+        )
+        assert saved.status_code == 202, saved.text
+        job_id = uuid.UUID(saved.json()["consolidation"]["job_id"])
+        (stored,) = await rows(app, "SELECT trace_context FROM jobs WHERE id = :id", id=job_id)
+    (kept,) = stored.trace_context
+    version, trace_id, span_id, flags = kept.split("-")
+    assert (version, len(trace_id), len(span_id)) == ("00", 32, 16)
+    assert int(flags, 16) & 1  # sampled
+    assert trace_id != "0" * 32
+    assert trace_id not in hostile
+    (server,) = [s for s in exporter.get_finished_spans() if s.name.startswith("POST ")]
+    assert server.parent is None  # not a child of anything the header named
+    assert format(server.context.trace_id, "032x") == trace_id
