@@ -2,9 +2,11 @@
 
 The packages depend one way, bottom to top; a module imports only from its own layer or below:
 
-1. infrastructure: the top-level modules (config, errors, db, auth, jwks, detectors, tokens,
-   llm, limits, http_protocol, pagination, observability, tracing, lean_routes, embedded_pg,
-   operations, contract, api_tags, docs_pages, snapshots); they import no package.
+1. `kit`: the shared plumbing (configuration, errors, the database, authentication and the
+   issuers' keys, token counting, the model adapter, request limits, the HTTP protocol,
+   pagination, logs, metrics, traces, the lean routes, the embedded PostgreSQL, the contract's
+   additions, API tags, snapshots); `detectors`: the secret, contact, number and instruction
+   detectors. Neither imports any other package of `app`.
 2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
    kinds and hand the worker their handlers and maintenance steps.
 3. `conversations`: chats, turns and messages, and the history modes.
@@ -26,7 +28,8 @@ The packages depend one way, bottom to top; a module imports only from its own l
    memory export (through the profile gate, like every write).
 10. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
     services below; `ui`: the user's memory page (`/ui/memory`), static files that call the
-    public API from the browser and import nothing of the domain.
+    public API from the browser and import nothing of the domain; `health`: liveness,
+    readiness and metrics; `docs_pages`: the offline `/docs` and `/redoc` pages.
 11. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`.
 
 `tests/test_package_order.py` fails when a module imports upward; `python -m
@@ -34,28 +37,7 @@ tests.test_package_order` prints the package graph it checks.
 """
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    (
-        "config",
-        "errors",
-        "db",
-        "auth",
-        "jwks",
-        "detectors",
-        "tokens",
-        "llm",
-        "limits",
-        "http_protocol",
-        "pagination",
-        "observability",
-        "tracing",
-        "lean_routes",
-        "embedded_pg",
-        "operations",
-        "contract",
-        "api_tags",
-        "docs_pages",
-        "snapshots",
-    ),
+    ("kit", "detectors"),
     ("jobs",),
     ("conversations",),
     ("quotas",),
@@ -67,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("consolidation",),
     ("turns",),
     ("erasure", "portability"),
-    ("mcp_server", "ui"),
+    ("mcp_server", "ui", "health", "docs_pages"),
     ("main", "cli", "models", "__main__"),
 )
 """The order above, bottom first: each entry names the modules or packages of one layer."""

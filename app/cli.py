@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from app.config import PROJECT_ROOT, Settings, get_settings, is_loopback_host, to_asyncpg_url
+from app.kit.config import PROJECT_ROOT, Settings, get_settings, is_loopback_host, to_asyncpg_url
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -28,7 +28,7 @@ OPENAPI_PATH = PROJECT_ROOT / "openapi.yaml"
 # What each process of `serve --workers N` (N > 1) imports and calls to build its app.
 SERVED_APP_FACTORY = "app.cli:create_served_app"
 # ... and the HTTP protocol each runs (by name: the spawned processes import it)
-SERVED_HTTP_PROTOCOL = "app.http_protocol:BoundedHttpToolsProtocol"
+SERVED_HTTP_PROTOCOL = "app.kit.http_protocol:BoundedHttpToolsProtocol"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "migrate":
         return _migrate(settings)
     if args.command == "token":
-        from app.auth import Principal, issue_token  # noqa: PLC0415
+        from app.kit.auth import Principal, issue_token  # noqa: PLC0415
 
         print(
             issue_token(
@@ -110,13 +110,13 @@ def _openapi(settings: Settings, output: Path, *, check: bool) -> int:
 
 
 def _migrate(settings: Settings) -> int:
-    from app.db import run_migrations  # noqa: PLC0415
+    from app.kit.db import run_migrations  # noqa: PLC0415
 
     if settings.database_url:
         run_migrations(to_asyncpg_url(settings.database_url))
         print("migrated DATABASE_URL to head")
         return 0
-    from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+    from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
     embedded = EmbeddedPostgres(settings.embedded_pg_dir)
     try:
@@ -131,7 +131,7 @@ def _worker(settings: Settings) -> int:
     """Run the worker until SIGTERM or SIGINT, through the app's lifespan (which starts and
     migrates the embedded database when DATABASE_URL is unset, and stops the worker
     gracefully on the way out)."""
-    from app.observability import configure_logging  # noqa: PLC0415
+    from app.kit.observability import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
@@ -200,10 +200,10 @@ def _positive_int(value: str) -> int:
 def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from app.auth import Principal, issue_token  # noqa: PLC0415
-    from app.http_protocol import BoundedHttpToolsProtocol  # noqa: PLC0415
+    from app.kit.auth import Principal, issue_token  # noqa: PLC0415
+    from app.kit.http_protocol import BoundedHttpToolsProtocol  # noqa: PLC0415
+    from app.kit.observability import configure_logging  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
-    from app.observability import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)
     development_secret = settings.uses_development_jwt_secret and settings.static_hmac_enabled
@@ -270,8 +270,8 @@ def _serve_processes(settings: Settings, host: str, port: int, workers: int) -> 
     embedded = None
     try:
         if settings.uses_embedded_database:
-            from app.db import run_migrations  # noqa: PLC0415
-            from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+            from app.kit.db import run_migrations  # noqa: PLC0415
+            from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
             embedded = EmbeddedPostgres(settings.embedded_pg_dir)
             url = embedded.start()
@@ -315,8 +315,8 @@ def create_served_app() -> FastAPI:
     """The app of one process of `serve --workers N` (uvicorn's factory, called in the spawned
     process): settings from the environment the supervisor passed on, and the JSON logs, which
     a spawned process does not inherit."""
+    from app.kit.observability import configure_logging  # noqa: PLC0415
     from app.main import create_app  # noqa: PLC0415
-    from app.observability import configure_logging  # noqa: PLC0415
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)

@@ -11,32 +11,35 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from app import auth, operations
-from app.api_tags import OPENAPI_TAGS
-from app.auth import TokenVerifier
-from app.config import Settings, get_settings, to_asyncpg_url
+from app import health
 from app.consolidation.runner import BackgroundWorker
-from app.contract import install_contract
 from app.conversations import router as conversations_router
 from app.conversations.retention import chat_retention_steps
-from app.db import create_database, head_revision, run_migrations
 from app.docs_pages import install_docs_pages
-from app.embedded_pg import EmbeddedPostgres
 from app.enablement import router as enablement_router
 from app.erasure import router as erasure_router
-from app.errors import install_error_handlers, render_unexpected_error
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
-from app.jwks import KeyStore
-from app.limits import (
+from app.kit import auth
+from app.kit.api_tags import OPENAPI_TAGS
+from app.kit.auth import TokenVerifier
+from app.kit.config import Settings, get_settings, to_asyncpg_url
+from app.kit.contract import install_contract
+from app.kit.db import create_database, head_revision, run_migrations
+from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.errors import install_error_handlers, render_unexpected_error
+from app.kit.jwks import KeyStore
+from app.kit.limits import (
     BodySizeLimitMiddleware,
     BodyTimeoutMiddleware,
     HeaderLimitMiddleware,
     StreamedLimit,
 )
+from app.kit.observability import Metrics, RequestContextMiddleware
+from app.kit.tokens import TokenCounters
+from app.kit.tracing import Tracing
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
-from app.observability import Metrics, RequestContextMiddleware
 from app.portability import router as portability_router
 from app.profiles import router as profiles_router
 from app.profiles.retention import memory_retention_steps
@@ -44,8 +47,6 @@ from app.profiles.versions import VersionPolicy
 from app.quotas.maintenance import quota_check_step
 from app.rate_limits import router as rate_limits_router
 from app.rate_limits import service as rate_limits_service
-from app.tokens import TokenCounters
-from app.tracing import Tracing
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.repository import prune_idempotency_keys
@@ -216,7 +217,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     # include_router they would be matched twice per request (the router's table, then the
     # route's), behind every route included before them.
     app.router.routes.extend(turns_router.router.routes)
-    app.include_router(operations.router)
+    app.include_router(health.router)
     app.include_router(auth.router)
     app.include_router(erasure_router.router)
     app.include_router(enablement_router.router)

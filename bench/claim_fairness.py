@@ -37,10 +37,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import to_asyncpg_url
-from app.db import run_migrations
 from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import ClaimedJob, ClaimPolicy, claim_next_job
+from app.kit.config import to_asyncpg_url
+from app.kit.db import run_migrations
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 FLOOD, OTHER, FRESH = "flood-co", "other-co", "fresh-co"

@@ -36,17 +36,17 @@ from sqlalchemy import make_url, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.auth import Principal, issue_token
-from app.config import PROJECT_ROOT, Settings, to_asyncpg_url
-from app.db import run_migrations
-from app.embedded_pg import EmbeddedPostgres
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.enablement.repository import enablement_params
 from app.folders import service as folders
+from app.kit.auth import Principal, issue_token
+from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
+from app.kit.db import run_migrations
+from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.tokens import TokenCounters
 from app.main import create_app
 from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Profile, Section, render, render_body
-from app.tokens import TokenCounters
 from app.turns import repository as turns_repository
 from bench.run_bench import REFERENCE_APP, TURN_TEXT, plain_dsn, seed_reference
 

@@ -51,14 +51,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from app.auth import Principal, issue_token
-from app.config import Settings, to_asyncpg_url
 from app.consolidation.prompts import STATIC_PREFIXES
 from app.consolidation.runner import BackgroundWorker
-from app.db import run_migrations
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.kit.auth import Principal, issue_token
+from app.kit.config import Settings, to_asyncpg_url
+from app.kit.db import run_migrations
+from app.kit.tokens import TokenCounter
 from app.main import create_app
-from app.tokens import TokenCounter
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 JWT_SECRET = "model-cost-bench-only-secret-not-the-default"  # noqa: S105 - scratch database

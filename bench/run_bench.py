@@ -72,8 +72,8 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.auth import Principal, issue_token
-from app.config import Settings
+from app.kit.auth import Principal, issue_token
+from app.kit.config import Settings
 from app.profiles.document import parse
 from bench import explain
 from bench.otlp_sink import OtlpSink

@@ -57,12 +57,13 @@ from typing import Any
 import asyncpg
 from sqlalchemy import text
 
-from app.auth import Principal
-from app.config import Settings, to_asyncpg_url
-from app.db import create_database, run_migrations
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.folders.acl import ROOT_FOLDER, user_folder_entries, user_folder_path
+from app.kit.auth import Principal
+from app.kit.config import Settings, to_asyncpg_url
+from app.kit.db import create_database, run_migrations
+from app.kit.tokens import TokenCounters
 from app.profiles import repository as profiles
 from app.profiles import service as profile_service
 from app.profiles.document import SECTIONS, Frontmatter, Profile, parse, render
@@ -72,7 +73,6 @@ from app.profiles.versions import (
     content_sha256,
     count_tokens,
 )
-from app.tokens import TokenCounters
 
 STORED = TokenCounters().stored
 """The counter the service stores tokens with (`TokenCounters.stored`)."""

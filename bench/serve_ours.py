@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import uvicorn
 
 from app.cli import SERVED_APP_FACTORY
-from app.config import get_settings
+from app.kit.config import get_settings
+from app.kit.observability import configure_logging
 from app.main import create_app
-from app.observability import configure_logging
 
 
 def main() -> None:

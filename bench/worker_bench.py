@@ -48,8 +48,8 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import to_asyncpg_url
-from app.db import run_migrations
+from app.kit.config import to_asyncpg_url
+from app.kit.db import run_migrations
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.worker_drain import (
     PROJECT_ROOT,

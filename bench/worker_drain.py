@@ -29,9 +29,9 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.auth import Principal, issue_token
-from app.config import Settings
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.kit.auth import Principal, issue_token
+from app.kit.config import Settings
 from app.main import create_app
 from bench.fixed_latency_llm import FixedLatencyLLM, StubStats
 

@@ -21,14 +21,14 @@ from typing import Any
 from pydantic import SecretStr
 from sqlalchemy import event
 
-from app.config import Settings, to_asyncpg_url
 from app.consolidation.kinds import KINDS
 from app.consolidation.pipeline import make_consolidation_handler
 from app.consolidation.runner import worker_config
-from app.db import create_database
 from app.jobs.worker import Worker
-from app.observability import Metrics
-from app.tokens import TokenCounters
+from app.kit.config import Settings, to_asyncpg_url
+from app.kit.db import create_database
+from app.kit.observability import Metrics
+from app.kit.tokens import TokenCounters
 from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue
 
 OWNER_QUERY = "owner query"

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from app.consolidation.rules import Exchange, consolidate_with_rules
+from app.kit.tokens import TokenCounter
 from app.profiles.document import (
     SECTIONS,
     Profile,
@@ -30,7 +31,6 @@ from app.profiles.document import (
     parse_body,
     render_body,
 )
-from app.tokens import TokenCounter
 
 CallKind = Literal["gate", "operations", "rewrite", "condense", "other"]
 CALL_KINDS: Final[tuple[CallKind, ...]] = ("gate", "operations", "rewrite", "condense", "other")

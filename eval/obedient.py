@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from app.consolidation.rules import Exchange
+from app.kit.tokens import TokenCounter
 from app.profiles.document import Operation, OpKind, Section, apply, render_body
-from app.tokens import TokenCounter
 from eval.model_stub import Answer, CallKind, condense_answer, message_text, read_prompt
 
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+")

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from app.tokens import TokenCounter
+from app.kit.tokens import TokenCounter
 from eval.model_stub import (
     Answer,
     CallKind,

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import httpx
 
-from app.config import PROJECT_ROOT, Settings
-from app.llm import DEFAULT_OPENAI_BASE_URL
+from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.llm import DEFAULT_OPENAI_BASE_URL
 from eval.corpus import Corpus
 from eval.obedient import obedient_answer
 from eval.policy import PolicyReport

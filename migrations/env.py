@@ -9,7 +9,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.config import get_settings, to_asyncpg_url
+from app.kit.config import get_settings, to_asyncpg_url
 from app.models import metadata
 
 config = context.config

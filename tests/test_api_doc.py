@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.auth import Principal, issue_token
-from app.config import PROJECT_ROOT
+from app.kit.auth import Principal, issue_token
+from app.kit.config import PROJECT_ROOT
 from app.main import create_app
 from tests.helpers.apps import make_settings
 from tests.helpers.db import scratch_database

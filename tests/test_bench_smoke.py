@@ -15,8 +15,8 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.auth import Principal, issue_token
-from app.config import Settings
+from app.kit.auth import Principal, issue_token
+from app.kit.config import Settings
 from app.main import create_app
 from bench import explain
 from bench.run_bench import CONTEXT_QUESTION, JWT_SECRET, plain_dsn

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.worker_drain import TurnQueue, WorkerProcess, WorkerSetup, connect, run_drain
 from bench.worker_statements import OWNER_QUERY, TRANSACTION, count_statements

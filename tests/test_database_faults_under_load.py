@@ -28,9 +28,9 @@ import asyncpg
 import httpx
 import pytest
 
-from app.auth import Principal, issue_token
-from app.config import PROJECT_ROOT, Settings
-from app.errors import PROBLEM_CONTENT_TYPE
+from app.kit.auth import Principal, issue_token
+from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.errors import PROBLEM_CONTENT_TYPE
 from tests.helpers.apps import COMPANY, SPACE, TEST_JWT_SECRET, make_settings
 from tests.helpers.private_pg import PrivatePostgres
 from tests.helpers.settings import enable_company

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from app.cli import render_openapi
-from app.config import PROJECT_ROOT, Settings
+from app.kit.config import PROJECT_ROOT, Settings
 
 SETTING_NAMES = {name.upper() for name in Settings.model_fields}
 

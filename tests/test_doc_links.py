@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 
 PAGES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -16,7 +16,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api_tags import OPENAPI_TAGS
 from app.docs_pages import (
     ASSET_CACHE_CONTROL,
     ASSET_REWRITES,
@@ -26,6 +25,7 @@ from app.docs_pages import (
     asset_directory,
     asset_url,
 )
+from app.kit.api_tags import OPENAPI_TAGS
 
 PAGES = ("/docs", "/redoc")
 TAGS = ["orchestrator", "user", "space admin", "operator", "operations"]

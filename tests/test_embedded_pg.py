@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 
 SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 import asyncpg
-from app.embedded_pg import EmbeddedPostgres
+from app.kit.embedded_pg import EmbeddedPostgres
 
 async def main(url: str) -> None:
     conn = await asyncpg.connect(url)
@@ -100,7 +100,7 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
             runtime.mkdir()
             PostgresServer.runtime_path = runtime
             PostgresServer._lock = fasteners.InterProcessLock(runtime / ".lockfile")
-            from app.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+            from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
             server = EmbeddedPostgres(data_dir)
             url = server.start()

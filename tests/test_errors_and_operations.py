@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 
-from app.config import Settings
-from app.db import SessionDep
+from app.kit.config import Settings
+from app.kit.db import SessionDep
 from app.main import create_app
 from tests.helpers.apps import make_settings
 from tests.helpers.db import admin_execute, admin_fetchval
@@ -207,7 +207,7 @@ def test_logs_are_json_lines_with_the_request_id() -> None:
 
     import orjson  # noqa: PLC0415
 
-    from app.observability import JsonFormatter, _request_id  # noqa: PLC0415
+    from app.kit.observability import JsonFormatter, _request_id  # noqa: PLC0415
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -20,8 +20,8 @@ from app.consolidation.prompts import (
     rewrite_prompt,
 )
 from app.consolidation.rules import Exchange
+from app.kit.tokens import TokenCounter
 from app.profiles.document import Profile, Section, empty_profile, parse_body, render_body
-from app.tokens import TokenCounter
 from eval.corpus import CorpusError, load_corpus, parse_corpus
 from eval.model_stub import call_kind, prompt_tokens, read_prompt, stub_answer
 from eval.recorder import ModelCall, ModelRecorder

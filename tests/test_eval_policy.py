@@ -21,8 +21,8 @@ from stdnum.us import ssn
 from app.consolidation.prompts import gate_prompt, operations_prompt, rewrite_prompt
 from app.consolidation.rules import Exchange
 from app.detectors import Category
+from app.kit.tokens import TokenCounter
 from app.profiles.document import Section, empty_profile, parse_body, render_body
-from app.tokens import TokenCounter
 from eval.corpus import Corpus
 from eval.obedient import obedient_answer
 from eval.policy import holds, kept_in

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 
-from app.pagination import BIGINT_MAX, INTEGER_MAX
+from app.kit.pagination import BIGINT_MAX, INTEGER_MAX
 from app.profiles.document import Section
 from tests.helpers.apps import COMPANY, OPERATOR, USER, AuthFactory
 from tests.helpers.profiles import memory_md

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET, AuthFactory, TokenFactory
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.config import DEV_JWT_SECRET, Settings
+from app.kit.config import DEV_JWT_SECRET, Settings
 from tests.helpers import bad_tokens
 from tests.helpers.apps import TEST_JWT_SECRET, client_with
 from tests.helpers.jwks_server import SigningKey, fake_issuer

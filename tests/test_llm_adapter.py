@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from app.config import Settings
-from app.llm import (
+from app.kit.config import Settings
+from app.kit.llm import (
     ChatModelConfigError,
     ChatRequest,
     ModelBadRequest,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.llm import (
+from app.kit.llm import (
     ModelBadRequest,
     ModelError,
     ModelInvalidResponse,

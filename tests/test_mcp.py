@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
-from app.config import PROJECT_ROOT, Settings
+from app.kit.config import PROJECT_ROOT, Settings
 from app.main import create_app
 from app.mcp_server.tools import PROFILE_URI
 from app.profiles.document import Section

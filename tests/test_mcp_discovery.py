@@ -14,7 +14,7 @@ import httpx
 import pytest
 from mcp.shared.auth import ProtectedResourceMetadata
 
-from app.config import IssuerConfig
+from app.kit.config import IssuerConfig
 from app.main import create_app
 from tests.helpers.apps import client_of, make_settings
 

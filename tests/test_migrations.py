@@ -11,7 +11,7 @@ import uuid
 from alembic import command
 from sqlalchemy import make_url
 
-from app.db import alembic_config, migrations_dir, run_migrations
+from app.kit.db import alembic_config, migrations_dir, run_migrations
 from tests.helpers.db import admin_execute, admin_fetchval
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.config import PROJECT_ROOT
-from app.observability import Metrics
+from app.kit.config import PROJECT_ROOT
+from app.kit.observability import Metrics
 
 ALERTS = PROJECT_ROOT / "deploy" / "prometheus" / "alerts.yml"
 ALERT_TESTS = PROJECT_ROOT / "deploy" / "prometheus" / "alerts.test.yml"

@@ -23,8 +23,8 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 from schemathesis.python import asgi
 
-from app.auth import Principal, issue_token
 from app.enablement.decision import KNOWN_FLAGS
+from app.kit.auth import Principal, issue_token
 from app.main import create_app
 from app.portability.format import MEDIA_TYPE
 from tests.helpers.apps import (

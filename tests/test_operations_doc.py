@@ -1,5 +1,5 @@
 """docs/operations.md cannot fall behind the code: its configuration table names every setting of
-`app/config.py`, and its metrics table every metric the service exports, with its labels."""
+`app/kit/config.py`, and its metrics table every metric the service exports, with its labels."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 from prometheus_client.metrics import MetricWrapperBase
 
-from app.config import PROJECT_ROOT, Settings
-from app.observability import Metrics
+from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.observability import Metrics
 
 DOC = PROJECT_ROOT / "docs" / "operations.md"
 

@@ -118,7 +118,7 @@ FORMER_EDGES = [
     ("folders/repository.py", "app.profiles.models"),
     ("jobs/worker.py", "app.turns.repository"),
     ("jobs/queue.py", "app.consolidation.kinds"),
-    ("db.py", "app.jobs.queue"),
+    ("kit/db.py", "app.jobs.queue"),
 ]
 
 

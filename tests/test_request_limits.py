@@ -20,7 +20,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from app.observability import Metrics
+from app.kit.observability import Metrics
 from app.profiles.document import Section
 from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory, app_with, client_of
 from tests.helpers.metrics import sample

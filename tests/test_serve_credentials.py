@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import DEV_JWT_SECRET, PROJECT_ROOT
+from app.kit.config import DEV_JWT_SECRET, PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET, TokenFactory
 
 START_TIMEOUT_SECONDS = 60.0

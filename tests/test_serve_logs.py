@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PROJECT_ROOT
-from app.embedded_pg import chatter_log_path
-from app.observability import JsonFormatter, TextFormatter, configure_logging
+from app.kit.config import PROJECT_ROOT
+from app.kit.embedded_pg import chatter_log_path
+from app.kit.observability import JsonFormatter, TextFormatter, configure_logging
 from tests.test_serve_workers import (
     START_TIMEOUT_SECONDS,
     STOP_TIMEOUT_SECONDS,

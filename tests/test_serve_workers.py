@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]  # installed with pgserver; used here only
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET
 from tests.helpers.db import scratch_database
 

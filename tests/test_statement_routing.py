@@ -23,9 +23,9 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from app.llm import ChatUsage
+from app.kit.llm import ChatUsage
+from app.kit.observability import Metrics
 from app.models import metadata
-from app.observability import Metrics
 from app.usage.recorder import BudgetWatch, UsageRecorder
 from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory, app_with
 from tests.helpers.db import admin_fetchval, database_of

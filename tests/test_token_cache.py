@@ -8,9 +8,9 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from app.auth import Principal, TokenVerifier, issue_token
-from app.config import Settings
-from app.errors import Unauthorized
+from app.kit.auth import Principal, TokenVerifier, issue_token
+from app.kit.config import Settings
+from app.kit.errors import Unauthorized
 from tests.helpers.apps import TEST_JWT_SECRET
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tokens import OFFLINE_ENCODING, TokenCounter
+from app.kit.tokens import OFFLINE_ENCODING, TokenCounter
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 

@@ -28,9 +28,9 @@ from opentelemetry.trace import StatusCode
 from app.consolidation.kinds import KINDS
 from app.consolidation.runner import worker_config
 from app.jobs.worker import Worker
+from app.kit.observability import JsonFormatter
+from app.kit.tracing import Tracing
 from app.main import create_app
-from app.observability import JsonFormatter
-from app.tracing import Tracing
 from tests.helpers.apps import USER, AuthFactory, TokenFactory, client_of, make_settings
 from tests.helpers.db import database_of, rows
 from tests.helpers.jobs import job_row

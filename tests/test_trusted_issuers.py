@@ -15,8 +15,8 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
-from app.auth import TokenVerifier, claim_at, role_names
-from app.jwks import KeyStore, cache_seconds
+from app.kit.auth import TokenVerifier, claim_at, role_names
+from app.kit.jwks import KeyStore, cache_seconds
 from app.main import create_app
 from tests.helpers.apps import client_of, make_settings
 from tests.helpers.jwks_server import FakeIssuer, SigningKey, fake_issuer

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from app.config import PROJECT_ROOT, Settings
+from app.kit.config import PROJECT_ROOT, Settings
 from app.ui.router import issuer_origin
 from tests.helpers.apps import TEST_JWT_SECRET, client_with
 

@@ -12,7 +12,6 @@ from typing import Final, Literal
 
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
-from app.config import Settings
 from app.consolidation.output_limits import (
     GATE_MAX_TOKENS,
     OperationsInput,
@@ -34,7 +33,8 @@ from app.consolidation.prompts import (
 from app.consolidation.rules import Exchange, consolidate_with_rules
 from app.consolidation.snapshot import Snapshot
 from app.jobs.worker import JobFailure
-from app.llm import (
+from app.kit.config import Settings
+from app.kit.llm import (
     ChatModel,
     ChatRequest,
     ChatResult,
@@ -43,10 +43,10 @@ from app.llm import (
     ModelOutputTruncated,
     resolve_model_name,
 )
-from app.observability import Metrics
+from app.kit.observability import Metrics
+from app.kit.tokens import TokenCounters
+from app.kit.tracing import NO_TRACER
 from app.profiles.document import Operation, Profile, diff_operations, render_body
-from app.tokens import TokenCounters
-from app.tracing import NO_TRACER
 
 CallKind = Literal["gate", "operations", "rewrite", "condensation"]
 CONDENSATION_TARGET_SHARE: Final = 0.9

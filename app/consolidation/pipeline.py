@@ -25,7 +25,6 @@ from typing import Final
 from opentelemetry.trace import Tracer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.config import Settings
 from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION
 from app.consolidation.model_calls import (
@@ -40,18 +39,19 @@ from app.consolidation.prefilter import prefilter
 from app.consolidation.rules import consolidate_with_rules
 from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
-from app.db import Database
-from app.errors import NotFound
 from app.jobs.lifecycle import complete_jobs, defer_jobs
 from app.jobs.queue import ClaimedJob, JobOutcome
 from app.jobs.worker import JobFailure, JobHandler
-from app.llm import ChatModel, ChatUsage, ModelError
-from app.observability import Metrics
+from app.kit.config import Settings
+from app.kit.db import Database
+from app.kit.errors import NotFound
+from app.kit.llm import ChatModel, ChatUsage, ModelError
+from app.kit.observability import Metrics
+from app.kit.tokens import TokenCounters
+from app.kit.tracing import NO_TRACER
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
 from app.profiles.service import prune_versions, save_consolidation
 from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
-from app.tokens import TokenCounters
-from app.tracing import NO_TRACER
 from app.usage import repository as usage_counts
 from app.usage.budget import BudgetStatus
 from app.usage.recorder import BudgetWatch, UsageRecorder

@@ -12,15 +12,15 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.trace import Tracer
 
-from app.config import Settings
 from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import ConsolidationPipeline
-from app.db import Database
 from app.jobs.worker import Maintenance, Worker, WorkerConfig
-from app.llm import create_chat_model
-from app.observability import Metrics
-from app.tokens import TokenCounters
-from app.tracing import NO_TRACER
+from app.kit.config import Settings
+from app.kit.db import Database
+from app.kit.llm import create_chat_model
+from app.kit.observability import Metrics
+from app.kit.tokens import TokenCounters
+from app.kit.tracing import NO_TRACER
 
 logger = logging.getLogger("app.consolidation")
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 from app.consolidation.model_calls import ModelCalls, Usage
 from app.consolidation.prompts import MalformedModelOutput
 from app.consolidation.snapshot import Snapshot
-from app.llm import ModelError
-from app.observability import Metrics
+from app.kit.llm import ModelError
+from app.kit.observability import Metrics
+from app.kit.tokens import TokenCounters
 from app.profiles.budget import truncate_to_budget
 from app.profiles.document import Operation, Profile, diff_operations, render_body
 from app.profiles.versions import WorkerReason
-from app.tokens import TokenCounters
 
 logger = logging.getLogger("app.consolidation")
 

@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.auth import Principal
 from app.consolidation.exchanges import EXCHANGE_COLUMNS, EXCHANGE_JOIN, exchanges_of
 from app.consolidation.kinds import CONSOLIDATION
 from app.consolidation.rules import Exchange
-from app.db import Database
 from app.enablement.decision import effective_enablement
 from app.enablement.repository import (
     ENABLEMENT_COLUMNS,
@@ -27,13 +25,15 @@ from app.enablement.repository import (
     enablement_inputs_of,
     enablement_params,
 )
-from app.errors import NotFound
 from app.folders.acl import Permission, is_allowed, user_folder_path
 from app.folders.repository import FOLDER_COLUMNS, folder_joins, folder_node_of
 from app.folders.service import actor_of
 from app.jobs.driver import Statement, driver_connection
 from app.jobs.queue import ClaimedJob, JobRef
-from app.llm import resolve_model_name
+from app.kit.auth import Principal
+from app.kit.db import Database
+from app.kit.errors import NotFound
+from app.kit.llm import resolve_model_name
 from app.profiles.document import Profile, empty_profile, parse
 from app.profiles.repository import HEAD_PROFILE_COLUMNS, HEAD_PROFILE_JOINS, stored_profile_of
 

@@ -18,8 +18,8 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.auth import Principal
 from app.conversations.modes import Message, MessageSource, Role
+from app.kit.auth import Principal
 
 
 @dataclass(frozen=True)

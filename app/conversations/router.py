@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from app.api_tags import ORCHESTRATOR
-from app.auth import PrincipalDep
 from app.conversations import service
 from app.conversations.schemas import ChatIdPath, StoredMessageOut
-from app.db import SessionDep
-from app.pagination import Page, PageDep
+from app.kit.api_tags import ORCHESTRATOR
+from app.kit.auth import PrincipalDep
+from app.kit.db import SessionDep
+from app.kit.pagination import Page, PageDep
 
 router = APIRouter(tags=[ORCHESTRATOR])
 

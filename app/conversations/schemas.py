@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.config import Settings
-from app.contract import NUL_FREE_PATTERN
 from app.conversations.modes import Message, MessageSource, Role
-from app.errors import Unprocessable
+from app.kit.config import Settings
+from app.kit.contract import NUL_FREE_PATTERN
+from app.kit.errors import Unprocessable
 
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MODEL_NAME_PATTERN = r"^[\x21-\x7e]{1,128}$"

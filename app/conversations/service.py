@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
 from app.conversations import repository
 from app.conversations.schemas import StoredMessageOut
-from app.errors import NotFound
-from app.pagination import Page, PageRequest, page_of
+from app.kit.auth import Principal
+from app.kit.errors import NotFound
+from app.kit.pagination import Page, PageRequest, page_of
 
 
 async def list_chat_messages(

@@ -15,8 +15,8 @@ from typing import Any, Final
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
 from app.enablement.models import AuditEvent
+from app.kit.auth import Principal
 
 JsonObject = Mapping[str, object]
 

@@ -9,9 +9,6 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from app.api_tags import OPERATOR, SPACE_ADMIN, USER
-from app.auth import Principal, PrincipalDep, require_role
-from app.db import SessionDep
 from app.enablement import service
 from app.enablement.decision import FLAG_CONTEXT_MEMORY, KNOWN_FLAGS
 from app.enablement.schemas import (
@@ -25,7 +22,10 @@ from app.enablement.schemas import (
     SpacePatch,
     SpaceSettingsOut,
 )
-from app.pagination import Page, PageDep
+from app.kit.api_tags import OPERATOR, SPACE_ADMIN, USER
+from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.db import SessionDep
+from app.kit.pagination import Page, PageDep
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 

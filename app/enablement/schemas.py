@@ -19,7 +19,6 @@ from pydantic import (
     field_validator,
 )
 
-from app.contract import WHOLE_NUMBER
 from app.conversations.schemas import ModelName
 from app.detectors import Category
 from app.enablement.audit import ERASED_ACTOR, AuditRecord
@@ -27,7 +26,8 @@ from app.enablement.decision import Decision, SwitchState
 from app.enablement.memory_policy import Action, MemoryPolicy
 from app.enablement.models import MAX_MAX_TOKENS, MAX_POLICY_DAYS, MIN_MAX_TOKENS
 from app.enablement.repository import UserMemoryConfig
-from app.pagination import Page
+from app.kit.contract import WHOLE_NUMBER
+from app.kit.pagination import Page
 
 if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
     from app.enablement.service import FeatureFlag, MemoryPolicyView, SpaceView

@@ -13,7 +13,6 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
 from app.enablement import audit, memory_policy_repository, repository
 from app.enablement.audit import Actor, AuditRecord, changed_fields
 from app.enablement.decision import (
@@ -31,9 +30,10 @@ from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
 from app.enablement.memory_policy_repository import actions_json
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
-from app.errors import Conflict, Unprocessable
 from app.folders import service as folders
-from app.pagination import Page, PageRequest, page_of
+from app.kit.auth import Principal
+from app.kit.errors import Conflict, Unprocessable
+from app.kit.pagination import Page, PageRequest, page_of
 
 SPACE_ENABLED_REASON = (
     "Context memory is enabled for this space; each user can still turn it off for themselves."

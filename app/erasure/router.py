@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api_tags import USER
-from app.auth import PrincipalDep
-from app.db import SessionDep
 from app.erasure import service
 from app.erasure.schemas import ErasureOut
+from app.kit.api_tags import USER
+from app.kit.auth import PrincipalDep
+from app.kit.db import SessionDep
 
 router = APIRouter(tags=[USER])  # beside GET /v1/me; full paths, no prefix
 

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 
-from app.api_tags import SPACE_ADMIN
-from app.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
-from app.db import SessionDep
 from app.folders import service
 from app.folders.schemas import FolderOut
+from app.kit.api_tags import SPACE_ADMIN
+from app.kit.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
+from app.kit.db import SessionDep
 
 router = APIRouter(tags=[SPACE_ADMIN])  # full paths, no prefix: metrics label by template
 

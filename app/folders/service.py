@@ -10,8 +10,6 @@ import uuid
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
-from app.errors import Forbidden, NotFound, QuotaExceeded
 from app.folders import repository
 from app.folders.acl import (
     ROOT_FOLDER,
@@ -25,6 +23,8 @@ from app.folders.acl import (
     user_folder_entries,
     user_folder_path,
 )
+from app.kit.auth import Principal
+from app.kit.errors import Forbidden, NotFound, QuotaExceeded
 from app.quotas.rule import users_with_memory_detail
 
 

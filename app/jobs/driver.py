@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import connection_is_spent, positional
+from app.kit.db import connection_is_spent, positional
 
 
 @asynccontextmanager

@@ -15,7 +15,6 @@ from typing import Any, TypedDict
 from sqlalchemy import Row, case, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.errors import Conflict, NotFound
 from app.jobs.queue import (
     JOBS,
     PENDING_STATUSES,
@@ -26,7 +25,8 @@ from app.jobs.queue import (
     JobStatus,
     claimable,
 )
-from app.pagination import Page, PageRequest, page_of
+from app.kit.errors import Conflict, NotFound
+from app.kit.pagination import Page, PageRequest, page_of
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from app.api_tags import OPERATOR, USER
-from app.auth import Principal, PrincipalDep, require_role
-from app.db import SessionDep
-from app.errors import NotFound
 from app.jobs import repository as stored_jobs
 from app.jobs.queue import JobStatus
 from app.jobs.schemas import JobSummary, JobView
-from app.pagination import Page, PageDep
+from app.kit.api_tags import OPERATOR, USER
+from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.db import SessionDep
+from app.kit.errors import NotFound
+from app.kit.pagination import Page, PageDep
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 

@@ -34,8 +34,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.jobs.lifecycle import AttemptFailure, fail_jobs, heartbeat, release_jobs
 from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, claim_next_job
 from app.jobs.repository import queue_stats
-from app.observability import Metrics
-from app.tracing import NO_TRACER, links_to
+from app.kit.observability import Metrics
+from app.kit.tracing import NO_TRACER, links_to
 
 logger = logging.getLogger("app.worker")
 

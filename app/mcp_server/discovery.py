@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.config import Settings
-from app.errors import DomainError
+from app.kit.config import Settings
+from app.kit.errors import DomainError
 
 logger = logging.getLogger(__name__)
 

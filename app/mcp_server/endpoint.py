@@ -27,9 +27,9 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from app.auth import principal_of
-from app.db import Database
-from app.errors import ServiceUnavailable, Unauthorized
+from app.kit.auth import principal_of
+from app.kit.db import Database
+from app.kit.errors import ServiceUnavailable, Unauthorized
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.tools import acting_as, build_server
 from app.profiles.versions import VersionPolicy

@@ -26,24 +26,24 @@ from opentelemetry.trace import Tracer
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
-from app.db import Database
 from app.enablement import service as enablement
 from app.enablement.schemas import DecisionOut
-from app.errors import (
+from app.kit.auth import Principal
+from app.kit.db import Database
+from app.kit.errors import (
     DomainError,
     NotFound,
     PreconditionFailed,
     PreconditionRequired,
     Unprocessable,
 )
-from app.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
+from app.kit.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
+from app.kit.tracing import NO_TRACER
 from app.profiles import service
 from app.profiles.schemas import MemoryIn, VersionSummaryOut
 from app.profiles.versions import EntityTags, VersionPolicy, WriteConditions
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.policy import RouteClass
-from app.tracing import NO_TRACER
 
 PROFILE_URI: Final = "memory://me/profile"
 SERVER_NAME: Final = "context-memory"

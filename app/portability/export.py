@@ -19,13 +19,13 @@ from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from app.auth import Principal
-from app.db import Database
 from app.enablement import audit
+from app.kit.auth import Principal
+from app.kit.db import Database
+from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.portability import repository
 from app.portability.format import FORMAT_VERSION, header_line, record_line, trailer_line
 from app.portability.kinds import KINDS, RECORD_TYPES
-from app.snapshots import begin_snapshot, end_snapshot
 
 EXPORTED: Final = "company.exported"
 """The audit event of an export (target: the company): who read the company's data, when."""

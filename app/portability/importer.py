@@ -29,10 +29,10 @@ from typing import Final
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
-from app.db import is_database_unavailable
 from app.enablement import audit
-from app.errors import Conflict, Unprocessable
+from app.kit.auth import Principal
+from app.kit.db import is_database_unavailable
+from app.kit.errors import Conflict, Unprocessable
 from app.portability import repository
 from app.portability.format import (
     MAX_LINE_BYTES,

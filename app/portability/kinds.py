@@ -30,7 +30,6 @@ from sqlalchemy import (
 )
 
 from app.conversations.models import ChatMessage, Turn
-from app.db import Base
 from app.enablement.models import (
     AuditEvent,
     CompanyFeatureFlag,
@@ -39,6 +38,7 @@ from app.enablement.models import (
     UserSettings,
 )
 from app.folders.models import Folder, FolderAclEntry
+from app.kit.db import Base
 from app.portability.format import FieldSpec, FieldType, RecordType
 from app.profiles.models import MemoryFile, MemoryPolicyAction, MemoryVersion
 

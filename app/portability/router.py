@@ -8,9 +8,10 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response, status
 
-from app.api_tags import OPERATOR, USER
-from app.auth import Principal, PrincipalDep, require_role
-from app.db import SessionDep, database
+from app.kit.api_tags import OPERATOR, USER
+from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.db import SessionDep, database
+from app.kit.snapshots import SnapshotStream
 from app.portability import export, importer, memory_import
 from app.portability.export import CompanySnapshot
 from app.portability.format import MEDIA_TYPE
@@ -20,7 +21,6 @@ from app.profiles.schemas import MemoryOut
 from app.profiles.versions import WriteConditions, parse_entity_tags
 from app.rate_limits.dependency import rate_limited
 from app.rate_limits.policy import RouteClass
-from app.snapshots import SnapshotStream
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 

@@ -8,7 +8,7 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr, field_validator
 
-from app.contract import NUL_FREE_PATTERN, JsonInt
+from app.kit.contract import NUL_FREE_PATTERN, JsonInt
 from app.portability.importer import ImportOutcome
 from app.profiles.schemas import MAX_CONTENT_CHARS
 

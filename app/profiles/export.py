@@ -3,7 +3,7 @@ describes, written as it is read from one snapshot, a batch of rows at a time, a
 a user at a time.
 
 The snapshot is a REPEATABLE READ, READ ONLY transaction on a connection of its own (see
-`app.snapshots`), begun before the response starts, so that a refusal (another export of the
+`app.kit.snapshots`), begun before the response starts, so that a refusal (another export of the
 user running: 429) or a database outage (503) is still a problem+json answer. Every part of the
 document is read through it, so the document shows the user at one instant whatever is written
 meanwhile. Each kind of row is read with a server-side cursor, `TEXT_BATCH` rows of user text
@@ -31,12 +31,13 @@ import pydantic_core
 from sqlalchemy import Row, Select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncResult, AsyncSession
 
-from app.auth import Principal
-from app.db import Database
 from app.enablement.audit import AuditRecord
-from app.errors import NotFound, TooManyRequests
 from app.folders import service as folders
 from app.folders.acl import Permission
+from app.kit.auth import Principal
+from app.kit.db import Database
+from app.kit.errors import NotFound, TooManyRequests
+from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.profiles import export_repository, repository
 from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.policy_actions import PolicyActionRecord, every_policy_action
@@ -50,7 +51,6 @@ from app.profiles.schemas import (
     TurnOut,
     VersionOut,
 )
-from app.snapshots import begin_snapshot, end_snapshot
 
 TEXT_BATCH: Final = 50
 """Rows holding user text (versions, messages) fetched at a time: memory holds this many of the

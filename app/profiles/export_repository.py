@@ -17,10 +17,10 @@ from sqlalchemy import ColumnElement, Select, Subquery, func, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.conversations.models import ChatMessage, Turn
-from app.db import Base
 from app.enablement.audit import AuditRecord
 from app.enablement.models import AuditEvent
 from app.jobs.models import Job
+from app.kit.db import Base
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

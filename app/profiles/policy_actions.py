@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.pagination import Page, PageRequest, page_of
+from app.kit.pagination import Page, PageRequest, page_of
 from app.profiles.models import MemoryPolicyAction
 from app.profiles.policy import PolicyAction
 from app.profiles.versions import VersionSource

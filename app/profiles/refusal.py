@@ -14,7 +14,7 @@ from typing import Final
 
 from app.detectors import Category
 from app.enablement.memory_policy import MemoryPolicy
-from app.errors import Unprocessable
+from app.kit.errors import Unprocessable
 from app.profiles.document import SECTIONS, Frontmatter, Profile, Section, sanitize_bullet
 from app.profiles.policy import PolicyAction, describe, screen
 from app.profiles.versions import CONTENT_FIELD

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement.models import UserSettings
-from app.pagination import INTEGER_MAX, Page, PageRequest, page_of
+from app.kit.pagination import INTEGER_MAX, Page, PageRequest, page_of
 from app.profiles.document import Profile, render
 from app.profiles.models import MemoryFile, MemoryVersion
 from app.profiles.versions import (

@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.enablement import audit
 from app.enablement.memory_policy import MemoryPolicy
 from app.enablement.memory_policy_repository import read_memory_policy
-from app.errors import NotFound
 from app.jobs.worker import Maintenance
-from app.observability import Metrics
+from app.kit.errors import NotFound
+from app.kit.observability import Metrics
 from app.profiles import retention_repository as repository
 from app.profiles.document import ProfileFormatError, diff_operations, parse
 from app.profiles.expiry import expire_topics, retention_cutoff

@@ -12,11 +12,12 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response, status
 
-from app.api_tags import USER
-from app.auth import PrincipalDep
-from app.db import SessionDep, database
 from app.enablement import service as enablement
-from app.pagination import Page, PageDep
+from app.kit.api_tags import USER
+from app.kit.auth import PrincipalDep
+from app.kit.db import SessionDep, database
+from app.kit.pagination import Page, PageDep
+from app.kit.snapshots import SnapshotStream
 from app.profiles import export, service, switch
 from app.profiles.schemas import (
     MemoryExportOut,
@@ -39,7 +40,6 @@ from app.profiles.versions import (
 )
 from app.rate_limits.dependency import rate_limited
 from app.rate_limits.policy import RouteClass
-from app.snapshots import SnapshotStream
 
 router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
 settings_router = APIRouter(tags=[USER])

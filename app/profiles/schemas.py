@@ -12,10 +12,10 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
-from app.contract import NUL_FREE_PATTERN
 from app.detectors import Category
 from app.enablement.audit import AuditRecord
-from app.pagination import Page
+from app.kit.contract import NUL_FREE_PATTERN
+from app.kit.pagination import Page
 from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.policy import describe
 from app.profiles.policy_actions import PolicyActionRecord

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
-from app.errors import Conflict, NotFound, PreconditionFailed
 from app.folders import repository as folder_repository
 from app.folders import service as folders
 from app.folders.acl import Permission, user_folder_path
-from app.pagination import Page, PageRequest
+from app.kit.auth import Principal
+from app.kit.errors import Conflict, NotFound, PreconditionFailed
+from app.kit.pagination import Page, PageRequest
 from app.profiles import repository
 from app.profiles.document import (
     Profile,

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
 from app.enablement import audit
 from app.enablement import repository as settings
 from app.folders import service as folders
 from app.jobs.repository import delete_user_jobs
+from app.kit.auth import Principal
 from app.profiles import repository
 
 

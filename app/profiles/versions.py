@@ -20,7 +20,9 @@ from typing import Final, Literal
 from opentelemetry.trace import Tracer
 
 from app.enablement.models import MAX_MAX_TOKENS
-from app.errors import NotFound, PreconditionFailed, PreconditionRequired, Unprocessable
+from app.kit.errors import NotFound, PreconditionFailed, PreconditionRequired, Unprocessable
+from app.kit.tokens import TokenCounter
+from app.kit.tracing import NO_TRACER
 from app.profiles.document import (
     Frontmatter,
     Operation,
@@ -31,8 +33,6 @@ from app.profiles.document import (
     render_body,
 )
 from app.profiles.policy import PolicyAction
-from app.tokens import TokenCounter
-from app.tracing import NO_TRACER
 
 VersionReason = Literal[
     "consolidation", "condensation", "truncation", "user_edit", "restore", "retention"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.quotas.rule import QuotaLimits
 
 

@@ -3,7 +3,7 @@ company's bucket of the route's class, and refuses the request (429) when one is
 
 Every answer of a limited route carries `RateLimit-Policy` and `RateLimit`: the dependency
 leaves them in the ASGI scope (`RATE_LIMIT_HEADERS_KEY`) and the request middleware
-(`app.observability.RequestContextMiddleware`) adds them to whatever the route answers, a 2xx,
+(`app.kit.observability.RequestContextMiddleware`) adds them to whatever the route answers, a 2xx,
 a problem or the 429 itself. Runs right after the token is verified, before the body is read.
 """
 
@@ -16,10 +16,10 @@ from typing import Final
 
 from fastapi import Request
 
-from app.auth import Principal, PrincipalDep, principal_of
-from app.contract import RATE_LIMITS
-from app.errors import TooManyRequests
-from app.observability import RATE_LIMIT_HEADERS_KEY, Metrics
+from app.kit.auth import Principal, PrincipalDep, principal_of
+from app.kit.contract import RATE_LIMITS
+from app.kit.errors import TooManyRequests
+from app.kit.observability import RATE_LIMIT_HEADERS_KEY, Metrics
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.policy import RouteClass
 

@@ -8,7 +8,7 @@ from sqlalchemy import CheckConstraint, String, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.kit.db import Base
 
 
 class CompanyRateLimits(Base):

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from app.auth import Principal
-from app.config import Settings
 from app.consolidation.kinds import CONDENSATION, condensation_payload
 from app.conversations.modes import (
     HistoryPlan,
@@ -30,16 +28,18 @@ from app.conversations.modes import (
     select_history,
 )
 from app.conversations.schemas import check_message_limits, placeholder_messages
-from app.db import Database
 from app.enablement.decision import Condition, Decision, effective_enablement
 from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
 from app.jobs.enqueue import NewJob, enqueue_job_once
 from app.jobs.queue import JobPayload
+from app.kit.auth import Principal
+from app.kit.config import Settings
+from app.kit.db import Database
+from app.kit.tokens import TokenCounter, TokenCounters, utf8_bound
+from app.kit.tracing import current_traceparent
 from app.profiles.document import ProfileFormatError
 from app.profiles.injection import compose_system_prompt
-from app.tokens import TokenCounter, TokenCounters, utf8_bound
-from app.tracing import current_traceparent
 from app.turns import repository
 from app.turns.memory import memory_to_inject
 from app.turns.repository import ContextRow

@@ -14,14 +14,14 @@ import uuid
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from app.auth import Principal
-from app.config import Settings
 from app.conversations.modes import HistoryMode
 from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
-from app.db import Database
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
-from app.tracing import current_traceparent
+from app.kit.auth import Principal
+from app.kit.config import Settings
+from app.kit.db import Database
+from app.kit.tracing import current_traceparent
 from app.turns.save import TurnSubmission, save_turn
 from app.turns.schemas import TurnRequest
 

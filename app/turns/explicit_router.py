@@ -6,11 +6,11 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
-from app.api_tags import USER
-from app.auth import PrincipalDep
-from app.config import Settings
-from app.db import Database
 from app.jobs.schemas import JobView
+from app.kit.api_tags import USER
+from app.kit.auth import PrincipalDep
+from app.kit.config import Settings
+from app.kit.db import Database
 from app.rate_limits.dependency import rate_limited
 from app.rate_limits.policy import RouteClass
 from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job

@@ -8,7 +8,7 @@ import hashlib
 
 import orjson
 
-from app.errors import Unprocessable
+from app.kit.errors import Unprocessable
 from app.turns.schemas import TurnRequest
 
 HEADER = "Idempotency-Key"

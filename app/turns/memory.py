@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from app.kit.tokens import TokenCounter
 from app.profiles.budget import truncate_to_budget
 from app.profiles.document import (
     body_has_bullets,
@@ -18,7 +19,6 @@ from app.profiles.document import (
     stored_body,
 )
 from app.profiles.injection import memory_section_for_body, render_memory_section
-from app.tokens import TokenCounter
 
 CACHE_SIZE = 256
 

@@ -18,7 +18,6 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.auth import Principal
 from app.consolidation.kinds import CONSOLIDATION
 from app.conversations.repository import (
     HISTORY_COLUMNS,
@@ -34,7 +33,6 @@ from app.conversations.repository import (
     stored_history_of,
     turn_params,
 )
-from app.db import positional
 from app.enablement.repository import (
     ENABLEMENT_COLUMNS,
     ENABLEMENT_JOINS,
@@ -42,7 +40,6 @@ from app.enablement.repository import (
     enablement_inputs_of,
     enablement_params,
 )
-from app.errors import Conflict
 from app.folders.acl import FolderNode, user_folder_path
 from app.folders.repository import (
     FOLDER_COLUMNS,
@@ -61,6 +58,9 @@ from app.jobs.enqueue import (
     enqueue_params,
     waiting_params,
 )
+from app.kit.auth import Principal
+from app.kit.db import positional
+from app.kit.errors import Conflict
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
     HEAD_PROFILE_FOLDER_ID,

@@ -1,6 +1,6 @@
 """The orchestrator's two calls per chat turn: load/inject before the model, save after it.
 
-Both run on every chat turn, so they are `LeanRoute`s (app/lean_routes.py): the signatures
+Both run on every chat turn, so they are `LeanRoute`s (app/kit/lean_routes.py): the signatures
 below document them as usual, and a fixed plan resolves them at request time.
 """
 
@@ -12,16 +12,16 @@ from typing import Annotated, Any, ClassVar, Final
 import orjson
 from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
-from app.api_tags import ORCHESTRATOR
-from app.auth import Principal, PrincipalDep, current_principal, principal_of
-from app.config import Settings
 from app.conversations.schemas import ChatIdPath
-from app.db import Database, database
-from app.lean_routes import LeanRoute, Provider
+from app.kit.api_tags import ORCHESTRATOR
+from app.kit.auth import Principal, PrincipalDep, current_principal, principal_of
+from app.kit.config import Settings
+from app.kit.db import Database, database
+from app.kit.lean_routes import LeanRoute, Provider
+from app.kit.tokens import TokenCounters
+from app.kit.tracing import current_traceparent
 from app.rate_limits.dependency import lean_provider, rate_limited, remember_principal
 from app.rate_limits.policy import RouteClass
-from app.tokens import TokenCounters
-from app.tracing import current_traceparent
 from app.turns import context, idempotency, save
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
 from app.usage.meter import UsageMeterDep, usage_meter

@@ -35,15 +35,15 @@ from enum import Enum
 import asyncpg
 import orjson
 
-from app.auth import Principal
-from app.config import Settings
 from app.consolidation.kinds import CONSOLIDATION
 from app.conversations import repository as history
 from app.conversations.schemas import check_message_limits
-from app.db import Database
-from app.errors import Conflict, Forbidden, QuotaExceeded, Unprocessable
 from app.folders.service import ensure_user_folder
 from app.jobs.enqueue import CoalescedItem, NewJob
+from app.kit.auth import Principal
+from app.kit.config import Settings
+from app.kit.db import Database
+from app.kit.errors import Conflict, Forbidden, QuotaExceeded, Unprocessable
 from app.quotas.limits import quota_limits
 from app.quotas.rule import (
     NEW_JOB,

@@ -55,7 +55,7 @@ _FILES: Final = {
 
 
 class SignInSettings(Protocol):
-    """The settings the page reads (`app.config.Settings` has them)."""
+    """The settings the page reads (`app.kit.config.Settings` has them)."""
 
     @property
     def ui_oidc_issuer(self) -> str | None: ...

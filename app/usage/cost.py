@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Final
 
-from app.config import ModelPrice
+from app.kit.config import ModelPrice
 
 COST_DECIMALS: Final = 6
 _MILLION: Final = Decimal(1_000_000)

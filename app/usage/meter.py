@@ -23,7 +23,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.db import Database
+from app.kit.db import Database
 from app.usage import repository
 from app.usage.repository import CallKey, CallTotals, CountKey
 

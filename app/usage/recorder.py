@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from datetime import date
 
-from app.db import Database
-from app.llm import ChatUsage
-from app.observability import Metrics
+from app.kit.db import Database
+from app.kit.llm import ChatUsage
+from app.kit.observability import Metrics
 from app.usage import repository
 from app.usage.budget import BudgetStatus, period_of
 from app.usage.meter import UsageBuffer

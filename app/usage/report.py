@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import date, timedelta
 from decimal import Decimal
 
-from app.config import ModelPrice
+from app.kit.config import ModelPrice
 from app.usage.cost import call_cost, total_cost
 from app.usage.repository import CallTotals
 from app.usage.schemas import (

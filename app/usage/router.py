@@ -7,10 +7,10 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 
-from app.api_tags import OPERATOR
-from app.auth import Principal, require_role
-from app.config import ModelPrice, Settings
-from app.db import SessionDep
+from app.kit.api_tags import OPERATOR
+from app.kit.auth import Principal, require_role
+from app.kit.config import ModelPrice, Settings
+from app.kit.db import SessionDep
 from app.usage import service
 from app.usage.budget import Budget
 from app.usage.schemas import ModelBudgetIn, ModelBudgetOut, UsageReportOut

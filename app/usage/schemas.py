@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from app.contract import WHOLE_NUMBER
+from app.kit.contract import WHOLE_NUMBER
 from app.usage.budget import WhenSpent
 
 MAX_MONTHLY_TOKENS = 10**15

@@ -18,7 +18,7 @@ import pytest
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.main import create_app
 from tests.browser.harness import (
     CHROMIUM_ARGS,

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from playwright.async_api import BrowserContext, ConsoleMessage, Page, Route, ViewportSize
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 
 ARTIFACTS = PROJECT_ROOT / "var" / "artifacts" / "browser"
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")

@@ -8,7 +8,7 @@ import re
 import pytest
 from context_memory_client import FLAG_CONTEXT_MEMORY, MemoryClient
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import COMPANY, OPERATOR, TokenFactory
 
 DOC = PROJECT_ROOT / "docs" / "integration.md"

@@ -20,7 +20,7 @@ from context_memory_client import (
     TurnRequest,
 )
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from app.profiles.profile import Section
 from tests.helpers.apps import COMPANY, OPERATOR, SPACE, SPACE_ADMIN, TokenFactory
 from tests.helpers.profiles import memory_md

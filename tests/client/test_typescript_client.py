@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET
 from tests.helpers.db import scratch_database
 from tests.test_serve_workers import serve_env, serving, wait_until_answering

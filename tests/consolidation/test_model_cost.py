@@ -14,7 +14,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.config import PROJECT_ROOT
 from app.consolidation.prompts import (
     STATIC_PREFIXES,
     condensation_prompt,
@@ -24,9 +23,10 @@ from app.consolidation.prompts import (
     rewrite_prompt,
 )
 from app.consolidation.rules import Exchange
-from app.llm import OpenAIChatModel
+from app.kit.config import PROJECT_ROOT
+from app.kit.llm import OpenAIChatModel
+from app.kit.tokens import TokenCounter, TokenCounters
 from app.profiles.document import empty_profile, render_body
-from app.tokens import TokenCounter, TokenCounters
 from eval.corpus import load_corpus
 from tests.helpers.apps import AuthFactory
 from tests.helpers.llm_stub import StubLLMServer, reply

@@ -17,8 +17,8 @@ from app.consolidation.output_limits import (
     rewrite_limit,
 )
 from app.consolidation.rules import Exchange
+from app.kit.tokens import TokenCounter
 from app.profiles.document import SECTIONS, Operation, OpKind, Section, apply, empty_profile
-from app.tokens import TokenCounter
 
 NOW = datetime(2026, 6, 17, 11, 40, tzinfo=UTC)
 count = TokenCounter(None).count

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 from app.profiles.document import SECTIONS, parse
 from tests.helpers.apps import USER, AuthFactory
 from tests.helpers.jobs import job_row

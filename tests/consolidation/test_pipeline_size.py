@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 from app.profiles.budget import TRUNCATION_MARKER
 from app.profiles.document import parse
 from tests.helpers.apps import SPACE, USER, AuthFactory

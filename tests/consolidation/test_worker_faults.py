@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from app.jobs.queue import ClaimedJob
 from app.jobs.worker import Worker
-from app.llm import ModelUnavailable, OpenAIChatModel
+from app.kit.llm import ModelUnavailable, OpenAIChatModel
 from tests.helpers.apps import AuthFactory, client_with
 from tests.helpers.db import rows
 from tests.helpers.jobs import job_row

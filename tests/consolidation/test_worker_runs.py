@@ -18,8 +18,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.config import PROJECT_ROOT
-from app.llm import OpenAIChatModel
+from app.kit.config import PROJECT_ROOT
+from app.kit.llm import OpenAIChatModel
 from app.profiles.document import parse
 from tests.helpers.apps import USER, AuthFactory, app_with, client_of
 from tests.helpers.db import rows

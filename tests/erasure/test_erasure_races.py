@@ -12,8 +12,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import NotFound
-from app.llm import OpenAIChatModel
+from app.kit.errors import NotFound
+from app.kit.llm import OpenAIChatModel
 from app.profiles import service as profiles
 from app.profiles.versions import (
     ExpectedHead,

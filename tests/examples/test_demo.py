@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import PROJECT_ROOT
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET
 
 DEMO_TIMEOUT_SECONDS = 180

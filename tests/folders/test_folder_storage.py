@@ -9,8 +9,6 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from app.auth import Principal
-from app.errors import Forbidden, NotFound
 from app.folders import service
 from app.folders.acl import (
     ROOT_FOLDER,
@@ -23,6 +21,8 @@ from app.folders.acl import (
     root_group_id,
     user_folder,
 )
+from app.kit.auth import Principal
+from app.kit.errors import Forbidden, NotFound
 from app.profiles import service as profiles
 from tests.helpers.db import scalar, sessions
 

@@ -12,7 +12,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-from app.config import Settings
+from app.kit.config import Settings
 from app.main import create_app
 
 TEST_JWT_SECRET = "test-secret-" + "x" * 32

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import event, make_url, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import Database, run_migrations
+from app.kit.db import Database, run_migrations
 
 
 def _asyncpg_dsn(url: str) -> dict[str, Any]:

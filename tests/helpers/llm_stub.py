@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 
 # --- the script ----------------------------------------------------------------------------
 

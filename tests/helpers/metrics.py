@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.observability import Metrics
+from app.kit.observability import Metrics
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:

@@ -19,9 +19,9 @@ from typing import Self
 import asyncpg
 from sqlalchemy import make_url
 
-from app.config import to_asyncpg_url
-from app.db import run_migrations
-from app.embedded_pg import EmbeddedPostgres
+from app.kit.config import to_asyncpg_url
+from app.kit.db import run_migrations
+from app.kit.embedded_pg import EmbeddedPostgres
 from tests.helpers.db import admin_execute
 
 PG_CTL_TIMEOUT_SECONDS = 60

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from app.kit.tokens import TokenCounters
 from app.profiles.document import Frontmatter, Profile, Section, parse, render
-from app.tokens import TokenCounters
 
 STORED_COUNTER = TokenCounters().stored
 """What the service counts stored tokens with (the app's `TokenCounters.stored`)."""

@@ -39,8 +39,8 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
-from app.config import PROJECT_ROOT
-from app.db import DriverPool
+from app.kit.config import PROJECT_ROOT
+from app.kit.db import DriverPool
 
 ROUTING_TEST = "tests/test_statement_routing.py"
 SERVICE_APPLICATION_NAME = "context-memory"

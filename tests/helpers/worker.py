@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from app.config import PROJECT_ROOT, Settings
 from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import make_consolidation_handler
 from app.jobs.worker import JobHandler, Worker, WorkerConfig
-from app.llm import ChatModel
-from app.observability import Metrics
+from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.llm import ChatModel
+from app.kit.observability import Metrics
 from tests.helpers.apps import TEST_JWT_SECRET, make_settings
 from tests.helpers.db import database_of
 from tests.helpers.jobs import job_row

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import COMPANY_CLAIMS, JOBS, ClaimedJob
 from app.jobs.worker import Worker, WorkerConfig
-from app.observability import Metrics
+from app.kit.observability import Metrics
 from tests.helpers.jobs import COALESCING, claim, claim_one, enqueue
 from tests.helpers.worker import wait_for
 

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.jobs import repository as stored_jobs
 from app.jobs.enqueue import NewJob, enqueue_job, registered_kinds
 from app.jobs.worker import UNKNOWN_KIND_CLASS, Worker, WorkerConfig
-from app.observability import Metrics
+from app.kit.observability import Metrics
 
 
 async def test_the_database_allows_exactly_the_registered_kinds(engine: AsyncEngine) -> None:

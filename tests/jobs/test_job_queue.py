@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.errors import Conflict, NotFound
 from app.jobs import repository as jobs
 from app.jobs.enqueue import NewJob, enqueue_job
 from app.jobs.lifecycle import (
@@ -26,6 +25,7 @@ from app.jobs.lifecycle import (
     release_jobs,
 )
 from app.jobs.queue import JOBS
+from app.kit.errors import Conflict, NotFound
 from tests.helpers.apps import COMPANY
 from tests.helpers.jobs import LEASE, claim, claim_one, enqueue
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from app.db import Database
 from app.jobs.worker import Worker, WorkerConfig
-from app.observability import Metrics
+from app.kit.db import Database
+from app.kit.observability import Metrics
 from app.turns.repository import prune_idempotency_keys
 from tests.helpers.db import admin_execute, rows
 from tests.helpers.worker import wait_for

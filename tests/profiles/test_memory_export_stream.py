@@ -18,8 +18,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from sqlalchemy import text
 
-from app.auth import Principal
-from app.errors import PROBLEM_CONTENT_TYPE
+from app.kit.auth import Principal
+from app.kit.errors import PROBLEM_CONTENT_TYPE
 from app.main import create_app
 from app.profiles.document import Section
 from app.profiles.export import BUSY_RETRY_AFTER_SECONDS, DOCUMENT_MEMBERS, open_export

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.detectors import Category
 from app.enablement.memory_policy import DEFAULT_ACTIONS
-from app.observability import Metrics
+from app.kit.observability import Metrics
 from app.profiles import retention_repository
 from app.profiles.document import Profile, Section, parse
 from app.profiles.expiry import retention_cutoff

@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.kit.tokens import TokenCounter
 from app.profiles.budget import DROP_ORDER, TRUNCATION_MARKER, truncate_to_budget
 from app.profiles.document import (
     SECTIONS,
@@ -16,7 +17,6 @@ from app.profiles.document import (
     sanitize_bullet,
 )
 from app.profiles.profile import topic_prefix
-from app.tokens import TokenCounter
 from tests.helpers.profiles import profile_of
 
 COUNTER = TokenCounter()

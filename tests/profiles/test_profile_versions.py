@@ -13,9 +13,9 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth import Principal
-from app.errors import NotFound, PreconditionFailed, PreconditionRequired
 from app.folders import service as folders
+from app.kit.auth import Principal
+from app.kit.errors import NotFound, PreconditionFailed, PreconditionRequired
 from app.profiles import repository, service
 from app.profiles.document import (
     Frontmatter,

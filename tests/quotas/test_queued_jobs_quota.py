@@ -13,7 +13,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 from tests.helpers.apps import COMPANY, AuthFactory
 from tests.helpers.db import database_of, rows, scalar
 from tests.helpers.llm_stub import StubLLMServer, reply

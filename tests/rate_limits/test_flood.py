@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from app.config import PROJECT_ROOT
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import OPERATOR, TokenFactory
 from tests.helpers.db import admin_fetchval, scratch_database
 from tests.test_serve_workers import serve_env, serving, wait_until_answering

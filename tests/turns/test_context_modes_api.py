@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.tokens import TokenCounter
+from app.kit.tokens import TokenCounter
 from tests.helpers.apps import AuthFactory, app_with, client_of, client_with
 from tests.helpers.turns import (
     Msg,

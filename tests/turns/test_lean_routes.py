@@ -10,8 +10,8 @@ import pytest
 from fastapi import Depends, FastAPI, Response
 from pydantic import BaseModel
 
-from app.db import positional
-from app.lean_routes import LeanRoute
+from app.kit.db import positional
+from app.kit.lean_routes import LeanRoute
 from app.profiles.document import Section
 from app.turns.schemas import ContextResponse, TurnSaved
 from tests.helpers.apps import AuthFactory

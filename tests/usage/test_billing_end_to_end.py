@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.consolidation.prompts import STATIC_PREFIXES
-from app.llm import OpenAIChatModel
+from app.kit.llm import OpenAIChatModel
 from tests.helpers.apps import OPERATOR, SPACE, USER, AuthFactory, client_with
 from tests.helpers.db import sessions
 from tests.helpers.jobs import job_row

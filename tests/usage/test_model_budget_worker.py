@@ -15,8 +15,8 @@ from fastapi import FastAPI
 
 from app.consolidation.pipeline import RULES_ENGINE
 from app.jobs.worker import Worker
-from app.llm import OpenAIChatModel
-from app.observability import Metrics
+from app.kit.llm import OpenAIChatModel
+from app.kit.observability import Metrics
 from app.usage.budget import period_of
 from tests.helpers.apps import OPERATOR, AuthFactory
 from tests.helpers.db import rows, scalar

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from app.config import ModelPrice
+from app.kit.config import ModelPrice
 from app.usage.budget import Budget, BudgetStatus, period_of
 from app.usage.cost import call_cost, total_cost
 from app.usage.report import usage_report

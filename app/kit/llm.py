@@ -45,7 +45,7 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.completion_create_params import ResponseFormat
 from openai.types.shared_params import ResponseFormatJSONObject
 
-from app.config import Settings
+from app.kit.config import Settings
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Sent when only OPENAI_BASE_URL is configured: local compatible servers ignore the key, but the

@@ -14,14 +14,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import compile_path
 
-from app.db import is_database_unavailable
-from app.observability import current_request_id
-from app.tracing import trace_ids
+from app.kit.db import is_database_unavailable
+from app.kit.observability import current_request_id
+from app.kit.tracing import trace_ids
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:context-memory:problem:"
 
-logger = logging.getLogger("app.errors")
+logger = logging.getLogger("app.kit.errors")
 
 
 class ProblemType(NamedTuple):

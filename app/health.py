@@ -7,9 +7,9 @@ from prometheus_client.exposition import choose_encoder
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from app.api_tags import OPERATIONS
-from app.db import Database, database_is_ready, is_database_unavailable
-from app.errors import ServiceUnavailable
+from app.kit.api_tags import OPERATIONS
+from app.kit.db import Database, database_is_ready, is_database_unavailable
+from app.kit.errors import ServiceUnavailable
 
 router = APIRouter(tags=[OPERATIONS])
 

@@ -13,7 +13,7 @@ derived once from each route, so a route added later is covered without a line h
 - 503 (`Retry-After`) unless the operation never touches the database.
 
 Every 4xx/5xx response, declared by a route or added here, gets the `Problem` schema under
-`application/problem+json`, which is what `app.errors` renders; FastAPI's `HTTPValidationError`
+`application/problem+json`, which is what `app.kit.errors` renders; FastAPI's `HTTPValidationError`
 components are gone, since no response of the service has that shape.
 """
 
@@ -29,8 +29,8 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BeforeValidator, StrictInt
 from starlette.routing import BaseRoute
 
-from app.auth import ROLE_CHECKS, current_principal
-from app.errors import PROBLEM_CONTENT_TYPE
+from app.kit.auth import ROLE_CHECKS, current_principal
+from app.kit.errors import PROBLEM_CONTENT_TYPE
 
 OpenAPI = dict[str, Any]
 

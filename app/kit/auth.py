@@ -25,10 +25,10 @@ from jose import jwt
 from jose.exceptions import JOSEError
 from pydantic import BaseModel
 
-from app.api_tags import USER
-from app.config import IssuerConfig, Settings
-from app.errors import Forbidden, NotFound, Unauthorized
-from app.jwks import JwkDict, KeyStore
+from app.kit.api_tags import USER
+from app.kit.config import IssuerConfig, Settings
+from app.kit.errors import Forbidden, NotFound, Unauthorized
+from app.kit.jwks import JwkDict, KeyStore
 
 KNOWN_ROLES = frozenset({"space_admin", "operator"})
 PLATFORM_ROLE: Final = "operator"

@@ -6,7 +6,7 @@ company import, which may be gigabytes), has its own larger limit (`StreamedLimi
 is never buffered here, only counted. A body that never completes (its client went away) is
 never handed to a route as if it had.
 
-`serve` bounds request heads in the HTTP server too (`app.http_protocol`), before they are
+`serve` bounds request heads in the HTTP server too (`app.kit.http_protocol`), before they are
 parsed into a request; these middlewares hold wherever the app runs.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import HeaderFieldsTooLarge, PayloadTooLarge, RequestTimeout, problem_response
+from app.kit.errors import HeaderFieldsTooLarge, PayloadTooLarge, RequestTimeout, problem_response
 
 _CLOSE = {"Connection": "close"}
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_JWT_SECRET = "dev-only-insecure-secret-change-me"  # noqa: S105 - refused outside development
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # a rate limit: QUOTA/WINDOW_SECONDS (120/60: 120 requests a minute), or off (0 too)
 RATE_LIMIT_PATTERN = r"^(off|0|[1-9][0-9]{0,7}/[1-9][0-9]{0,4})$"
 
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     database_url: str | None = None  # contract: DATABASE_URL (unset -> embedded PostgreSQL)
     embedded_pg_dir: Path = PROJECT_ROOT / "var" / "pg"  # contract: EMBEDDED_PG_DIR
     db_pool_size: int = Field(default=20, ge=1, le=200)
-    # asyncpg connections of the two calls of every chat turn, opened on demand (app/db.py)
+    # asyncpg connections of the two calls of every chat turn, opened on demand (app/kit/db.py)
     db_hot_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     # Off: a pre-ping costs round trips on every checkout of the hot path; after a database

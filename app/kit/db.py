@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 
-from app.config import PROJECT_ROOT, Settings
+from app.kit.config import PROJECT_ROOT, Settings
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

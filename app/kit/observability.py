@@ -17,7 +17,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.tracing import trace_ids
+from app.kit.tracing import trace_ids
 
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -90,7 +90,7 @@ class _DropMessages(logging.Filter):
 
 # Library chatter at INFO that is not worth a line: Alembic's per-run preamble (its "Running
 # upgrade" lines stay), uvicorn's "Waiting for application startup.", the MCP SDK's session
-# manager. The embedded PostgreSQL's own chatter goes to a file of its own (app.embedded_pg).
+# manager. The embedded PostgreSQL's own chatter goes to a file of its own (app.kit.embedded_pg).
 _QUIET_MESSAGES: dict[str, tuple[str, ...]] = {
     "alembic.runtime.migration": ("Context impl", "Will assume"),
     "uvicorn.error": ("Waiting for application startup",),

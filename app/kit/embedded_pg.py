@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("app.embedded_pg")
+logger = logging.getLogger("app.kit.embedded_pg")
 _lock = threading.Lock()
 _TAIL_LINES = 15
 

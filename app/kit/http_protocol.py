@@ -10,7 +10,7 @@ any size before the app can refuse it).
   answered 431 and the connection closed as soon as that is known, before the app sees it: a
   connection holds at most the limit plus one read of its head.
 
-The app enforces the header limits and the body timeout itself (`app.limits`), wherever it
+The app enforces the header limits and the body timeout itself (`app.kit.limits`), wherever it
 runs; this adds what only the server sees. Why a subclass: uvicorn has no option for either
 (`timeout_keep_alive` only runs between requests and any byte cancels it,
 `h11_max_incomplete_event_size` is h11's alone), and `limit_concurrency` would let slow
@@ -29,10 +29,10 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from app.config import get_settings
-from app.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, HeaderFieldsTooLarge, RequestTimeout
+from app.kit.config import get_settings
+from app.kit.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, HeaderFieldsTooLarge, RequestTimeout
 
-logger = logging.getLogger("app.http_protocol")
+logger = logging.getLogger("app.kit.http_protocol")
 
 _REQUEST_LINE_TAIL = len(b" HTTP/1.1\r\n")
 _LINGER_SECONDS = 2.0

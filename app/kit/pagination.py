@@ -21,7 +21,7 @@ import orjson
 from fastapi import Depends, Query
 from pydantic import BaseModel
 
-from app.errors import Unprocessable
+from app.kit.errors import Unprocessable
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 50

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.db import Database
+from app.kit.db import Database
 
 
 async def begin_snapshot(database: Database) -> AsyncConnection:
