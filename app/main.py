@@ -29,6 +29,7 @@ from app.kit.db import create_database, head_revision, run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.errors import install_error_handlers, render_unexpected_error
 from app.kit.jwks import KeyStore
+from app.kit.lean_routes import guard_dependency_overrides
 from app.kit.limits import (
     BodySizeLimitMiddleware,
     BodyTimeoutMiddleware,
@@ -63,6 +64,7 @@ Every `/v1` route needs `Authorization: Bearer <JWT>`; errors are `application/p
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    guard_dependency_overrides(app)  # overrides the lean routes would ignore: refused
     settings: Settings = app.state.settings
     tracing: Tracing = app.state.tracing
     embedded: EmbeddedPostgres | None = None
@@ -236,4 +238,5 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     app.router.routes.extend(discovery.routes())
     install_docs_pages(app)
     app.include_router(ui_router.router)
+    guard_dependency_overrides(app)
     return app

@@ -9,7 +9,6 @@ prepared statements on a driver connection (`DriverPool`), see `app/turns/`.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from fastapi import Depends, Request
-from sqlalchemy import DateTime, MetaData, event, exc, text
+from sqlalchemy import DateTime, MetaData, event, exc, make_url, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -68,7 +67,8 @@ class DriverPool:
 
     Released connections skip asyncpg's session reset (`pg_advisory_unlock_all(); CLOSE ALL;
     UNLISTEN *; RESET ALL`, one round trip per request): the hot path leaves no session state
-    behind (transaction-level advisory locks only, no cursors, no LISTEN, no SET). An open
+    behind (transaction-level advisory locks only, no cursors, no LISTEN, no SET), which
+    `tests/test_statement_routing.py` holds over every statement the tests see it send. An open
     transaction is still rolled back by asyncpg before the connection is reused.
     """
 
@@ -228,16 +228,19 @@ def _unnamed_statements() -> dict[str, object]:
 
 def positional(sql: str) -> tuple[str, tuple[str, ...]]:
     """`sql` with its `:name` parameters turned into asyncpg's `$1, $2, ...`, and the names in
-    argument order (a name used twice is one argument). Casts (`::int`) are left alone."""
-    names: list[str] = []
+    argument order (a name used twice is one argument), as SQLAlchemy compiles a `text()` for
+    the asyncpg dialect. Call it once per statement, when its module is imported.
 
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
+    `text()`'s rules hold: `:name` is a parameter wherever it stands, string literals included,
+    unless its colon follows a letter, a digit or another colon (`'10:30'`, `NULL::text[]`);
+    `\\:` writes a colon that is none (`'\\:at'` sends `':at'`). One addition: `text()` takes
+    no name followed by `::` either, which would leave `:since::timestamptz` unbound, so every
+    `::` is escaped first; it comes out as the cast it was."""
+    compiled = text(sql.replace("::", r"\:\:")).compile(dialect=_ASYNCPG)
+    return compiled.string, tuple(compiled.positiontup or ())
 
-    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", number, sql), tuple(names)
+
+_ASYNCPG = make_url("postgresql+asyncpg://").get_dialect()()  # the dialect create_database uses
 
 
 def database(request: Request) -> Database:

@@ -132,6 +132,26 @@ def test_a_lean_route_refuses_query_parameters() -> None:
         ("SELECT :a WHERE x = :a AND y = :b", "SELECT $1 WHERE x = $1 AND y = $2", ("a", "b")),
         ("SELECT NULL::text[], CAST(:a AS uuid)", "SELECT NULL::text[], CAST($1 AS uuid)", ("a",)),
         ("SELECT make_interval(hours => :h)", "SELECT make_interval(hours => $1)", ("h",)),
+        (
+            "SELECT coalesce(:now::timestamptz, now()) WHERE id = ANY(:ids::uuid[])",
+            "SELECT coalesce($1::timestamptz, now()) WHERE id = ANY($2::uuid[])",
+            ("now", "ids"),
+        ),
+        ("SELECT '10:30', 'key: value', :a", "SELECT '10:30', 'key: value', $1", ("a",)),
+        (r"SELECT '\:at', :a", "SELECT ':at', $1", ("a",)),
+        ("SELECT 'at :a'", "SELECT 'at $1'", ("a",)),
+        ("SELECT x FROM t WHERE y LIKE '%s%%'", "SELECT x FROM t WHERE y LIKE '%s%%'", ()),
+    ],
+    ids=[
+        "in-order",
+        "a-name-twice",
+        "casts",
+        "named-argument",
+        "parameter-casts",
+        "colons-in-literals",
+        "escaped-colon",
+        "a-name-in-a-literal-is-a-parameter",
+        "percent-signs",
     ],
 )
 def test_positional_numbers_named_parameters_in_order(
