@@ -78,7 +78,8 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app tests migrations bench client examples eval
+	$(BIN)/mypy app tests migrations bench client examples eval scripts
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
