@@ -3,6 +3,7 @@ runtime dependency. See docs/client.md."""
 
 from context_memory_client.async_client import AsyncMemoryClient
 from context_memory_client.calls import Call
+from context_memory_client.core import VERSION
 from context_memory_client.errors import (
     BadRequest,
     Conflict,
@@ -14,11 +15,13 @@ from context_memory_client.errors import (
     PreconditionRequired,
     ProblemError,
     ProblemField,
+    RetryableConflict,
     ServerError,
     ServiceUnavailable,
     TooManyRequests,
     TransportError,
     Unauthorized,
+    UnexpectedResponse,
     Unprocessable,
 )
 from context_memory_client.models import (
@@ -95,7 +98,7 @@ from context_memory_client.models import (
 from context_memory_client.retry import NO_RETRIES, RetryPolicy
 from context_memory_client.sync_client import MemoryClient
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "FLAG_CONTEXT_MEMORY",
@@ -165,6 +168,7 @@ __all__ = [
     "Readiness",
     "ResponseIn",
     "RetryPolicy",
+    "RetryableConflict",
     "Role",
     "ServerError",
     "ServiceUnavailable",
@@ -178,6 +182,7 @@ __all__ = [
     "TurnRequest",
     "TurnSaved",
     "Unauthorized",
+    "UnexpectedResponse",
     "Unprocessable",
     "Unset",
     "UserMemoryConfigOut",

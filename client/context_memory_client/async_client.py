@@ -62,8 +62,8 @@ class AsyncMemoryClient:
 
     `token` is the caller's bearer JWT (or a callable returning one, asked before every
     attempt). Give `http_client` to share an `httpx.AsyncClient` (it is not closed here) or
-    `transport` for one this client builds, e.g. `httpx.ASGITransport(app)` in tests. Use it as
-    `async with AsyncMemoryClient(...) as memory:` or call `aclose()`.
+    `transport` for one this client builds. Use it as `async with AsyncMemoryClient(...) as
+    memory:` or call `aclose()`.
     """
 
     def __init__(  # noqa: PLR0913 - the settings are keyword-only past the token

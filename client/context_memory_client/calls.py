@@ -12,6 +12,7 @@ from urllib.parse import quote
 import httpx
 
 from context_memory_client.codec import decode, decode_page, encode
+from context_memory_client.errors import UnexpectedResponse
 from context_memory_client.models import (
     AuditEventOut,
     ConsolidationRequest,
@@ -69,12 +70,22 @@ def _seg(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        kind = response.headers.get("content-type", "no content type")
+        raise UnexpectedResponse(
+            f"a {response.status_code} answer that is not JSON ({kind})"
+        ) from exc
+
+
 def _model(cls: type[T]) -> Callable[[httpx.Response], T]:
-    return lambda response: decode(cls, response.json())
+    return lambda response: decode(cls, _json(response))
 
 
 def _page(cls: type[T]) -> Callable[[httpx.Response], Page[T]]:
-    return lambda response: decode_page(cls, response.json())
+    return lambda response: decode_page(cls, _json(response))
 
 
 def _nothing(response: httpx.Response) -> None:
@@ -131,7 +142,7 @@ def erase_me() -> Call[ErasureOut]:
 
 def get_memory(if_none_match: int | None = None) -> Call[MemoryOut | None]:
     def parse(response: httpx.Response) -> MemoryOut | None:
-        return None if response.status_code == 304 else decode(MemoryOut, response.json())
+        return None if response.status_code == 304 else decode(MemoryOut, _json(response))
 
     headers = {} if if_none_match is None else {"If-None-Match": etag(if_none_match)}
     return Call("GET", "/v1/me/memory", parse, headers=headers)

@@ -1,8 +1,11 @@
 """JSON to the dataclasses of `models` and back, driven by their type hints.
 
-Decoding is lenient the way a client of an evolving API should be: unknown members are ignored,
-a missing member takes the field's default, and enumerations are not checked. A field named
-with a trailing underscore (`from_`) is the JSON member without it (`from`).
+Decoding is lenient where a client of an evolving API should be: unknown members are ignored
+and enumerations are not checked, so a newer service does not break an older client. It is
+strict where a value would otherwise be made up: an optional member (a field with a default)
+that is missing takes its default, but a missing required one is an `UnexpectedResponse`, never
+a `None` the type does not allow. A field named with a trailing underscore (`from_`) is the
+JSON member without it (`from`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import typing
 from functools import cache
 from typing import Any, TypeVar, cast
 
+from context_memory_client.errors import UnexpectedResponse
 from context_memory_client.models import Page, Unset
 
 T = TypeVar("T")
@@ -27,42 +31,63 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _decode_value(hint: Any, value: Any) -> Any:
+def _decode_value(hint: Any, value: Any, where: str) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _decode_value(options[0], value) if len(options) == 1 else value
+        return _decode_value(options[0], value, where) if len(options) == 1 else value
     if origin is list:
         (item,) = typing.get_args(hint)
-        return [_decode_value(item, v) for v in value]
+        return [_decode_value(item, v, f"{where}[{i}]") for i, v in enumerate(_array(value, where))]
     if origin is dict:
         _, item = typing.get_args(hint)
-        return {k: _decode_value(item, v) for k, v in value.items()}
+        return {k: _decode_value(item, v, f"{where}.{k}") for k, v in _object(value, where).items()}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return decode(hint, value)
+        return decode(hint, value, where)
     return value
 
 
-def decode(cls: type[T], data: Any) -> T:
-    """`data` (parsed JSON) as an instance of the dataclass `cls`."""
-    if not isinstance(data, dict):
-        raise TypeError(f"expected a JSON object for {cls.__name__}, got {type(data).__name__}")
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UnexpectedResponse(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise UnexpectedResponse(f"{where}: expected a JSON array, got {type(value).__name__}")
+    return value
+
+
+def decode(cls: type[T], data: Any, where: str | None = None) -> T:
+    """`data` (parsed JSON) as an instance of the dataclass `cls`; `where` names it in an
+    `UnexpectedResponse` (default: the class name)."""
+    where = where or cls.__name__
+    data = _object(data, where)
     hints = _hints(cast(Any, cls))
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         key = _json_name(f.name)
         if key in data:
-            values[f.name] = _decode_value(hints[f.name], data[key])
+            values[f.name] = _decode_value(hints[f.name], data[key], f"{where}.{key}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            values[f.name] = None
+            raise UnexpectedResponse(f"{where}: the required member {key!r} is missing")
     return cls(**values)
 
 
 def decode_page(item: type[T], data: Any) -> Page[T]:
     """A `{"items": [...], "next_cursor": ...}` body as a `Page` of `item`."""
-    return Page([decode(item, v) for v in data["items"]], data.get("next_cursor"))
+    where = f"Page[{item.__name__}]"
+    data = _object(data, where)
+    for key in ("items", "next_cursor"):
+        if key not in data:
+            raise UnexpectedResponse(f"{where}: the required member {key!r} is missing")
+    items = _array(data["items"], f"{where}.items")
+    return Page(
+        [decode(item, v, f"{where}.items[{i}]") for i, v in enumerate(items)], data["next_cursor"]
+    )
 
 
 def encode(obj: Any) -> Any:

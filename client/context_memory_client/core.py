@@ -5,19 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
+from importlib import metadata
 from typing import Any, TypeVar
 
 import httpx
 
 from context_memory_client.calls import Call
-from context_memory_client.errors import TransportError, problem_from_response
+from context_memory_client.errors import TransportError, problem_from_response, says_retryable
 from context_memory_client.retry import RetryPolicy, parse_retry_after
 
 T = TypeVar("T")
 TokenSource = str | Callable[[], str] | None
 """A bearer token, or a callable asked for one before every attempt (so it may refresh)."""
 
-USER_AGENT = "context-memory-client/0.1"
+DISTRIBUTION = "context-memory-client"
+
+
+def _installed_version() -> str:
+    """The version client/pyproject.toml gave the installed package: one number, not a copy."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # imported from a source tree without installing it
+        return "0+unknown"
+
+
+VERSION = _installed_version()
+USER_AGENT = f"{DISTRIBUTION}/{VERSION}"
 RETRYABLE_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     httpx.TimeoutException,
     httpx.NetworkError,
@@ -59,11 +73,20 @@ class ClientCore:
 
     def retry_delay(self, call: Call[Any], response: httpx.Response, attempt: int) -> float | None:
         """Seconds to wait before trying `call` again after `response`, or None to not retry."""
-        if response.status_code not in self.retry.retry_statuses or not self.may_retry(
-            call, attempt
-        ):
+        if not self.may_retry(call, attempt) or not self.worth_repeating(response):
             return None
         return self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
+
+    def worth_repeating(self, response: httpx.Response) -> bool:
+        """Whether the same request may get a better answer later: a status of the policy's
+        (429, 503), or a 409 whose problem says it is retryable (`conflict-retry`)."""
+        if response.status_code in self.retry.retry_statuses:
+            return True
+        return (
+            response.status_code == HTTPStatus.CONFLICT
+            and self.retry.retry_conflicts
+            and says_retryable(response)
+        )
 
     def transport_retry_delay(self, call: Call[Any], exc: Exception, attempt: int) -> float:
         """Seconds to wait after a connection error or timeout; raises when out of retries."""

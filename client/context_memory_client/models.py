@@ -9,7 +9,7 @@ added by a newer service does not break an older client. Timestamps are ISO 8601
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 T = TypeVar("T")
@@ -340,7 +340,7 @@ class MemoryExportOut:
     chats: list[ChatOut]
     jobs: list[JobOut]
     audit_events: list[ExportAuditEventOut]
-    policy_actions: list[PolicyActionOut] = field(default_factory=list)
+    policy_actions: list[PolicyActionOut]
 
 
 @dataclass(frozen=True)
@@ -566,7 +566,7 @@ class AclEntryOut:
 class FolderOut:
     path: str
     inherit_access: bool
-    entries: list[AclEntryOut] = field(default_factory=list)
+    entries: list[AclEntryOut]
 
 
 # --- operations ----------------------------------------------------------------------------------

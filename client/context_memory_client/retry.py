@@ -15,7 +15,9 @@ class RetryPolicy:
     and turn-saves, which always carry an `Idempotency-Key`).
 
     A request is tried at most `max_attempts` times in all. It is retried on a status in
-    `retry_statuses` and on connection errors and timeouts. Before attempt n+1 the client waits
+    `retry_statuses`, on a 409 whose problem says `"retryable": true` (a `conflict-retry`,
+    unless `retry_conflicts` is false) and on connection errors and timeouts. Before attempt
+    n+1 the client waits
     `Retry-After` when the answer carried one (capped at `max_retry_after`, plus up to `jitter`
     of it), otherwise a random time in [0, min(backoff_max, backoff_base * 2**(n-1))].
     """
@@ -26,6 +28,7 @@ class RetryPolicy:
     max_retry_after: float = 30.0
     jitter: float = 0.1
     retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({429, 503}))
+    retry_conflicts: bool = True
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""

@@ -1,5 +1,6 @@
-"""`MemoryClient`: every route of the service as a blocking method, with retries (the same calls
-as `AsyncMemoryClient`)."""
+# Generated from async_client.py by scripts/unasync.py: do not edit by hand. Change
+# async_client.py, then regenerate with `.venv/bin/python scripts/unasync.py`.
+"""`MemoryClient`: every route of the service as a blocking method, with retries."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ class MemoryClient:
     """A blocking client of the Context Memory Service.
 
     `token` is the caller's bearer JWT (or a callable returning one, asked before every
-    attempt). Give `http_client` to share an `httpx.Client` (it is not closed here) or `transport`
-    for one this client builds. Use it as `with MemoryClient(...) as memory:` or call `close()`.
+    attempt). Give `http_client` to share an `httpx.Client` (it is not closed here) or
+    `transport` for one this client builds. Use it as `with MemoryClient(...) as
+    memory:` or call `close()`.
     """
 
     def __init__(  # noqa: PLR0913 - the settings are keyword-only past the token
@@ -213,7 +215,11 @@ class MemoryClient:
         return self.send(calls.get_enablement(space_id))
 
     def consolidate(
-        self, request: ConsolidationRequest, *, wait: bool = False, timeout: float | None = None
+        self,
+        request: ConsolidationRequest,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
     ) -> JobView:
         """Consolidate one exchange now; with `wait` the answer is the finished job (or the
         pending one when the server's `timeout` ran out)."""
@@ -223,7 +229,11 @@ class MemoryClient:
         return self.send(calls.get_job(job_id))
 
     def wait_for_job(
-        self, job_id: str, *, timeout: float = 30.0, poll_interval: float = 0.2
+        self,
+        job_id: str,
+        *,
+        timeout: float = 30.0,
+        poll_interval: float = 0.2,
     ) -> JobView:
         """Poll the job until it succeeded or is dead; `TimeoutError` after `timeout` seconds."""
         deadline = time.monotonic() + timeout

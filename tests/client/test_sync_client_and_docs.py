@@ -9,30 +9,22 @@ from pathlib import Path
 
 import pytest
 from context_memory_client import (
-    FLAG_CONTEXT_MEMORY,
     MemoryClient,
     MessageIn,
     NotFound,
     ResponseIn,
     RetryPolicy,
-    SpacePatch,
     TransportError,
     TurnRequest,
 )
 
 from app.kit.config import PROJECT_ROOT
 from app.profiles.profile import Section
-from tests.helpers.apps import COMPANY, OPERATOR, SPACE, SPACE_ADMIN, TokenFactory
+from tests.client.conftest import enable_memory_over_http
+from tests.helpers.apps import COMPANY, SPACE, TokenFactory
 from tests.helpers.profiles import memory_md
 
 DOC = PROJECT_ROOT / "docs" / "client.md"
-
-
-def enable_memory_over_http(url: str, make_token: TokenFactory) -> None:
-    with MemoryClient(url, make_token("olga", "platform", OPERATOR)) as operator:
-        operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
-    with MemoryClient(url, make_token("sam", COMPANY, SPACE_ADMIN)) as admin:
-        admin.update_space(SPACE, SpacePatch(context_memory=True))
 
 
 def python_blocks(doc: Path) -> list[str]:
