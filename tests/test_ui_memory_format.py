@@ -1,8 +1,9 @@
 """The memory page's copies of the profile format say what app/profiles/document.py says: the
-section titles in order, the truncation marker, the empty-section placeholder and the number of
-lines the frontmatter (and the blank line after it) takes in a rendered profile. The page
-needs them before any profile is loaded (to offer a new one, to number a diff's lines), so it
-keeps them as constants in app/ui/memory.js, read here from its source."""
+section titles in order, the title line a new profile starts with, the truncation marker, the
+empty-section placeholder and the number of lines the frontmatter (and the blank line after it)
+takes in a rendered profile. The page needs them before any profile is loaded (to offer a new
+one, to number a diff's lines), so it keeps them as constants in app/ui/memory.js, read here
+from its source."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def test_the_page_knows_the_sections_of_the_profile_in_their_order() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("TRUNCATION_MARKER", TRUNCATION_MARKER), ("EMPTY_PLACEHOLDER", EMPTY_PLACEHOLDER)],
+    [
+        ("TITLE_LINE", TITLE_LINE),
+        ("TRUNCATION_MARKER", TRUNCATION_MARKER),
+        ("EMPTY_PLACEHOLDER", EMPTY_PLACEHOLDER),
+    ],
 )
 def test_the_page_knows_the_marker_lines_of_the_profile(name: str, value: str) -> None:
     assert js_constant(SCRIPT.read_text("utf-8"), name) == value

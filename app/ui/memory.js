@@ -29,7 +29,8 @@
     "Recent Topics",
     "Open Questions / Follow-ups",
   ];
-  const NEW_PROFILE = ["# User Memory", ...SECTIONS.map((name) => `\n## ${name}`)].join("\n") + "\n";
+  const TITLE_LINE = "# User Memory";
+  const NEW_PROFILE = [TITLE_LINE, ...SECTIONS.map((name) => `\n## ${name}`)].join("\n") + "\n";
   const REASONS = {
     consolidation: "Learned from your conversations",
     condensation: "Condensed to fit the memory budget",
