@@ -18,8 +18,8 @@ from app.conversations.modes import Message, MessageSource, Role
 from app.kit.config import Settings
 from app.kit.contract import NUL_FREE_PATTERN
 from app.kit.errors import Unprocessable
+from app.kit.schemas import IDENTIFIER_PATTERN, Identifier, Schema
 
-ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 MODEL_NAME_PATTERN = r"^[\x21-\x7e]{1,128}$"
 
 
@@ -35,12 +35,12 @@ Text = Annotated[
 ChatIdPath = Annotated[
     str,
     Path(
-        pattern=ID_PATTERN,
+        pattern=IDENTIFIER_PATTERN,
         description="The orchestrator's chat id (`[A-Za-z0-9._:-]`)",
         openapi_examples={"chat": {"summary": "A chat of the orchestrator's", "value": "chat-1"}},
     ),
 ]
-SpaceId = Annotated[str, Field(pattern=ID_PATTERN, description="The space the turn runs in")]
+SpaceId = Annotated[Identifier, Field(description="The space the turn runs in")]
 ModelName = Annotated[
     str, Field(pattern=MODEL_NAME_PATTERN, description="A model name, printable ASCII")
 ]
@@ -79,12 +79,8 @@ class MessageOut(BaseModel):
     role: Role
     content: str
 
-    @classmethod
-    def of(cls, message: Message) -> MessageOut:
-        return cls(role=message.role, content=message.content)
 
-
-class StoredMessageOut(BaseModel):
+class StoredMessageOut(Schema):
     """A message of the stored history, oldest first; `source` says where it came from."""
 
     id: int

@@ -26,17 +26,7 @@ async def list_chat_messages(
     )
     if not rows and not await repository.chat_exists(session, principal, chat_id):
         raise NotFound("No such chat.")
-    items = [
-        StoredMessageOut(
-            id=row.id,
-            role=row.role,
-            content=row.content,
-            source=row.source,
-            turn_id=row.turn_id,
-            created_at=row.created_at,
-        )
-        for row in rows
-    ]
+    items = [StoredMessageOut.model_validate(row) for row in rows]
     return page_of(items, page.limit, lambda item: {"id": item.id})
 
 

@@ -26,24 +26,15 @@ from app.kit.api_tags import OPERATOR, SPACE_ADMIN, USER
 from app.kit.auth import Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep
 from app.kit.pagination import Page, PageDep
+from app.kit.schemas import IDENTIFIER_PATTERN, CompanyIdPath
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
 OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 SpaceAdminDep = Annotated[Principal, Depends(require_role("space_admin"))]
 
-_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 _SPACE_EXAMPLES: Final = {"space": {"summary": "A space of the company", "value": "space-1"}}
-CompanyIdPath = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=128,
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
-    ),
-]
-SpaceIdPath = Annotated[str, Path(pattern=_ID_PATTERN, openapi_examples=_SPACE_EXAMPLES)]
+SpaceIdPath = Annotated[str, Path(pattern=IDENTIFIER_PATTERN, openapi_examples=_SPACE_EXAMPLES)]
 # the service names the known flags in its 422; the schema lists them for clients and tools
 FlagPath = Annotated[
     str,
@@ -59,7 +50,9 @@ FlagPath = Annotated[
 SpaceIdQuery = Annotated[
     str,
     Query(
-        pattern=_ID_PATTERN, description="The space of the turn", openapi_examples=_SPACE_EXAMPLES
+        pattern=IDENTIFIER_PATTERN,
+        description="The space of the turn",
+        openapi_examples=_SPACE_EXAMPLES,
     ),
 ]
 
@@ -120,7 +113,9 @@ async def list_feature_flags(
     company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
 ) -> FeatureFlagsOut:
     flags = await service.list_feature_flags(session, company_id)
-    return FeatureFlagsOut(company_id=company_id, flags=[FeatureFlagOut.of(f) for f in flags])
+    return FeatureFlagsOut(
+        company_id=company_id, flags=[FeatureFlagOut.model_validate(f) for f in flags]
+    )
 
 
 @router.put(
@@ -139,7 +134,7 @@ async def set_feature_flag(
     session: SessionDep,
 ) -> FeatureFlagOut:
     saved = await service.set_feature_flag(session, operator, company_id, flag, body.enabled)
-    return FeatureFlagOut.of(saved)
+    return FeatureFlagOut.model_validate(saved)
 
 
 @router.get(

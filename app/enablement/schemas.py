@@ -22,15 +22,15 @@ from pydantic import (
 from app.conversations.schemas import ModelName
 from app.detectors import Category
 from app.enablement.audit import ERASED_ACTOR, AuditRecord
-from app.enablement.decision import Decision, SwitchState
+from app.enablement.decision import Decision
 from app.enablement.memory_policy import Action, MemoryPolicy
 from app.enablement.models import MAX_MAX_TOKENS, MAX_POLICY_DAYS, MIN_MAX_TOKENS
-from app.enablement.repository import UserMemoryConfig
 from app.kit.contract import WHOLE_NUMBER
 from app.kit.pagination import Page
+from app.kit.schemas import Schema
 
 if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
-    from app.enablement.service import FeatureFlag, MemoryPolicyView, SpaceView
+    from app.enablement.service import MemoryPolicyView, SpaceView
 
 
 # who last changed a flag or a space: a person is (company, user id), as in the audit log
@@ -80,16 +80,12 @@ class FeatureFlagIn(BaseModel):
     enabled: StrictBool
 
 
-class FeatureFlagOut(BaseModel):
+class FeatureFlagOut(Schema):
     flag: str
     enabled: bool = Field(description="A flag that was never set is off.")
     updated_at: datetime | None
     updated_by_company_id: str | None = Field(description=EDITOR_COMPANY)
     updated_by: str | None = Field(description=EDITOR)
-
-    @classmethod
-    def of(cls, flag: FeatureFlag) -> FeatureFlagOut:
-        return cls.model_validate(flag, from_attributes=True)
 
 
 class FeatureFlagsOut(BaseModel):
@@ -202,14 +198,10 @@ class DecisionOut(BaseModel):
 # --- space settings -----------------------------------------------------------------------------
 
 
-class UserMemoryConfigOut(BaseModel):
+class UserMemoryConfigOut(Schema):
     use_orchestrator_language_model: bool
     language_model: str
     max_tokens: int
-
-    @classmethod
-    def of(cls, config: UserMemoryConfig) -> UserMemoryConfigOut:
-        return cls.model_validate(config, from_attributes=True)
 
 
 class UserMemoryPatch(_Patch):
@@ -231,14 +223,10 @@ class SpacePatch(_Patch):
     user_memory: UserMemoryPatch | None = None
 
 
-class SwitchOut(BaseModel):
+class SwitchOut(Schema):
     visible: bool
     editable: bool
     tooltip: str | None
-
-    @classmethod
-    def of(cls, switch: SwitchState) -> SwitchOut:
-        return cls(visible=switch.visible, editable=switch.editable, tooltip=switch.tooltip)
 
 
 class SpaceSettingsOut(BaseModel):
@@ -261,8 +249,8 @@ class SpaceSettingsOut(BaseModel):
             context_memory=space.context_memory,
             context_memory_effective=space.context_memory is not False,
             web_search=space.web_search,
-            user_memory=UserMemoryConfigOut.of(space.user_memory),
-            switch=SwitchOut.of(view.switch),
+            user_memory=UserMemoryConfigOut.model_validate(space.user_memory),
+            switch=SwitchOut.model_validate(view.switch),
             decision=DecisionOut.of(view.decision, view.decision_reason),
             updated_at=space.updated_at,
             updated_by_company_id=space.updated_by_company_id,
@@ -273,7 +261,7 @@ class SpaceSettingsOut(BaseModel):
 # --- audit log ----------------------------------------------------------------------------------
 
 
-class AuditEventOut(BaseModel):
+class AuditEventOut(Schema):
     id: int
     occurred_at: datetime
     actor_company_id: str = Field(
@@ -291,11 +279,8 @@ class AuditEventOut(BaseModel):
     new: dict[str, Any] | None
 
     @classmethod
-    def of(cls, record: AuditRecord) -> AuditEventOut:
-        return cls.model_validate(record, from_attributes=True)
-
-    @classmethod
     def page(cls, records: Page[AuditRecord]) -> Page[AuditEventOut]:
         return Page[AuditEventOut](
-            items=[cls.of(record) for record in records.items], next_cursor=records.next_cursor
+            items=[cls.model_validate(record) for record in records.items],
+            next_cursor=records.next_cursor,
         )

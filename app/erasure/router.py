@@ -22,4 +22,4 @@ router = APIRouter(tags=[USER])  # beside GET /v1/me; full paths, no prefix
     "call finds nothing and answers zeros.",
 )
 async def erase_me(principal: PrincipalDep, session: SessionDep) -> ErasureOut:
-    return ErasureOut.of(await service.erase_user(session, principal))
+    return ErasureOut.model_validate(await service.erase_user(session, principal))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from app.erasure.service import Erasure
+from app.kit.schemas import Schema
 
 
-class DeletedOut(BaseModel):
+class DeletedOut(Schema):
     profile: bool = Field(description="The memory.md profile existed and was deleted")
     versions: int
     folder: bool = Field(description="The folder user-memory/<your id> and its access entries")
@@ -20,7 +20,7 @@ class DeletedOut(BaseModel):
     audit_events: int = Field(description="Audit events about your setting and memory")
 
 
-class AnonymisedOut(BaseModel):
+class AnonymisedOut(Schema):
     audit_events: int = Field(
         description="Audit events of changes you made to company flags, spaces or memory "
         "policies, kept without your id"
@@ -31,10 +31,6 @@ class AnonymisedOut(BaseModel):
     )
 
 
-class ErasureOut(BaseModel):
+class ErasureOut(Schema):
     deleted: DeletedOut
     anonymised: AnonymisedOut
-
-    @classmethod
-    def of(cls, erasure: Erasure) -> ErasureOut:
-        return cls.model_validate(erasure, from_attributes=True)

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends
 
 from app.folders import service
 from app.folders.schemas import FolderOut
 from app.kit.api_tags import SPACE_ADMIN
 from app.kit.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
 from app.kit.db import SessionDep
+from app.kit.schemas import CompanyIdPath
 
 router = APIRouter(tags=[SPACE_ADMIN])  # full paths, no prefix: metrics label by template
-
-CompanyIdPath = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=128,
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
-    ),
-]
 
 
 @role_check

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from app.folders.acl import AclEntry, FolderNode, Permission, PrincipalKind
+from app.folders.acl import FolderNode, Permission, PrincipalKind
+from app.kit.schemas import Schema
 
 
-class AclEntryOut(BaseModel):
+class AclEntryOut(Schema):
     principal_kind: PrincipalKind
     principal_id: str
     permission: Permission
-
-    @classmethod
-    def of(cls, entry: AclEntry) -> AclEntryOut:
-        return cls.model_validate(entry, from_attributes=True)
 
 
 class FolderOut(BaseModel):
@@ -26,8 +23,9 @@ class FolderOut(BaseModel):
 
     @classmethod
     def of(cls, node: FolderNode) -> FolderOut:
+        """`inherit_access` is the node's `inherit`."""
         return cls(
             path=node.path,
             inherit_access=node.inherit,
-            entries=[AclEntryOut.of(entry) for entry in node.entries],
+            entries=[AclEntryOut.model_validate(entry) for entry in node.entries],
         )

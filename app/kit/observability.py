@@ -17,10 +17,11 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.kit.schemas import IDENTIFIER_PATTERN
 from app.kit.tracing import trace_ids
 
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
-_REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID_PATTERN = re.compile(IDENTIFIER_PATTERN)
 RATE_LIMIT_HEADERS_KEY = "context_memory.rate_limit_headers"
 """The ASGI scope key under which a rate-limited route leaves its `RateLimit-Policy` and
 `RateLimit` header fields, added to its answer by `RequestContextMiddleware`."""

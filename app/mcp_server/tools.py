@@ -38,6 +38,7 @@ from app.kit.errors import (
     Unprocessable,
 )
 from app.kit.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
+from app.kit.schemas import Identifier
 from app.kit.tracing import NO_TRACER
 from app.profiles import service
 from app.profiles.schemas import MemoryIn, VersionSummaryOut
@@ -108,12 +109,15 @@ ALREADY_EXISTS = (
 )
 
 
-def _tool_error(error: DomainError, arguments: dict[str, str] | None = None) -> ToolError:
-    """The error's detail and offending fields, a route's field named as the tool's argument
-    (`arguments`: field -> argument, such as `query.cursor` -> `cursor`)."""
-    names = arguments or {}
+ARGUMENT_OF_FIELD: Final = {"query.cursor": "cursor"}
+"""A route's field that a service names in its error -> the tool argument that carries it."""
+
+
+def _tool_error(error: DomainError) -> ToolError:
+    """The error's detail and offending fields, a route's field named as the tool's argument."""
     fields = "; ".join(
-        f"{names.get(str(e['field']), e['field'])}: {e['message']}" for e in error.errors or ()
+        f"{ARGUMENT_OF_FIELD.get(str(e['field']), e['field'])}: {e['message']}"
+        for e in error.errors or ()
     )
     return ToolError(f"{error.detail} ({fields})" if fields else error.detail)
 
@@ -167,7 +171,22 @@ def _traced(tracer: Tracer, tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, A
     return run
 
 
-def build_server(  # noqa: PLR0915 - one nested function per tool
+def _reported(tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """`tool` with its domain errors turned into tool errors (`_tool_error`): an `isError`
+    result the assistant reads, where REST would answer problem+json. A tool still catches
+    the errors it answers otherwise (an empty page, a stale version) itself."""
+
+    @functools.wraps(tool)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await tool(*args, **kwargs)
+        except DomainError as exc:
+            raise _tool_error(exc) from exc
+
+    return run
+
+
+def build_server(
     database: Database, policy: VersionPolicy, limiter: RateLimiter, tracer: Tracer = NO_TRACER
 ) -> MCPServer:
     """The MCP server of one app: its tools reach `database`, writes follow `policy` and
@@ -176,8 +195,9 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="0.1.0")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    def traced(tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
-        return _traced(tracer, tool)
+    def served(tool: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+        """Every tool: in its span, its domain errors reported to the assistant."""
+        return _traced(tracer, _reported(tool))
 
     @asynccontextmanager
     async def transaction() -> AsyncIterator[AsyncSession]:
@@ -193,19 +213,19 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
         return Memory(version=row.version, content=row.content, updated_at=row.created_at)
 
     @server.tool(annotations=read_only)
-    @traced
+    @served
     async def read_memory() -> Memory:
         """Read your memory profile: its content and the version to edit it against."""
         return await head()
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
-    @traced
+    @served
     async def edit_memory(content: str, expected_version: VersionNumber | None) -> Edit:
         """Replace your memory profile with `content` (the whole memory.md), conditional on
         `expected_version`: the version read_memory returned (null when there was none)."""
         _admit_write(limiter)
+        checked = _profile_content(content)
         try:
-            checked = _profile_content(content)
             async with transaction() as session:
                 outcome = await service.replace_memory(
                     session, caller(), checked, _conditions(expected_version), policy=policy
@@ -214,47 +234,38 @@ def build_server(  # noqa: PLR0915 - one nested function per tool
             stale = expected_version is None
             message = ALREADY_EXISTS if stale else STALE_VERSION.format(expected=expected_version)
             raise ToolError(message) from exc
-        except DomainError as exc:
-            raise _tool_error(exc) from exc
         row = outcome.row
         return Edit(version=row.version, written=outcome.written, content=row.content)
 
     @server.tool(annotations=read_only)
-    @traced
+    @served
     async def list_memory_versions(
         limit: Limit = DEFAULT_LIMIT, cursor: str | None = None
     ) -> Page[VersionSummaryOut]:
         """Your retained profile versions, newest first (without content); pass `next_cursor`
         back as `cursor` for the next page."""
+        request = PageRequest(limit, decode_cursor(cursor) if cursor else None)
         try:
-            request = PageRequest(limit, decode_cursor(cursor) if cursor else None)
             async with transaction() as session:
                 page = await service.list_versions(session, caller(), request)
         except NotFound:
             return Page[VersionSummaryOut](items=[], next_cursor=None)
-        except DomainError as exc:
-            raise _tool_error(exc, {"query.cursor": "cursor"}) from exc
         return VersionSummaryOut.page(page)
 
     @server.tool(annotations=read_only)
-    @traced
+    @served
     async def diff_memory_versions(
         version: VersionNumber, against: Annotated[int, Field(ge=0, le=MAX_VERSION)] | None = None
     ) -> Diff:
         """Unified diff of `version` against `against` (default: the version before it; 0: the
         empty document)."""
-        try:
-            async with transaction() as session:
-                diff = await service.diff_versions(session, caller(), version, against)
-        except DomainError as exc:
-            raise _tool_error(exc) from exc
+        async with transaction() as session:
+            diff = await service.diff_versions(session, caller(), version, against)
         return Diff(from_version=diff.from_version, to_version=diff.to_version, diff=diff.diff)
 
     @server.tool(annotations=read_only)
-    @traced
-    async def read_memory_enablement(
-        space_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")],
-    ) -> DecisionOut:
+    @served
+    async def read_memory_enablement(space_id: Identifier) -> DecisionOut:
         """Whether context memory is on for you in a space, with every condition that decides
         it (company flag, space setting, web search, your own setting)."""
         principal = caller()

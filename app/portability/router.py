@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
 from app.kit.api_tags import OPERATOR, USER
 from app.kit.auth import Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep, database
+from app.kit.schemas import CompanyIdPath, company_id_path
 from app.kit.snapshots import SnapshotStream
 from app.portability import export, importer, memory_import
 from app.portability.export import CompanySnapshot
@@ -30,17 +31,9 @@ COMPANY_IMPORT: Final = re.compile(r"/v1/companies/[^/]+/import")
 """The import's path, which has a body limit of its own (`IMPORT_MAX_BYTES`, read as it arrives)."""
 
 
-def _company(example: str, summary: str) -> Any:
-    return Path(
-        min_length=1,
-        max_length=128,
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": summary, "value": example}},
-    )
-
-
-ExportedCompany = Annotated[str, _company("acme", "The development company")]
-ImportedCompany = Annotated[str, _company("initech", "A company this deployment holds nothing of")]
+ImportedCompany = Annotated[
+    str, company_id_path("initech", "A company this deployment holds nothing of")
+]
 IfMatch = Annotated[
     str | None,
     Header(description='Import only over this version, e.g. `"3"` (else 412)'),
@@ -165,7 +158,7 @@ class SnapshotResponse(SnapshotStream):
     responses=_EXPORT_RESPONSE,
 )
 async def export_company(
-    company_id: ExportedCompany, operator: OperatorDep, session: SessionDep, request: Request
+    company_id: CompanyIdPath, operator: OperatorDep, session: SessionDep, request: Request
 ) -> SnapshotResponse:
     snapshot = await export.start_export(session, database(request), operator, company_id)
     return SnapshotResponse(snapshot)
@@ -204,7 +197,7 @@ async def import_company(
     if outcome.replayed:
         response.status_code = status.HTTP_200_OK
         response.headers[REPLAYED_HEADER] = "true"
-    return CompanyImportOut.of(outcome)
+    return CompanyImportOut.model_validate(outcome)
 
 
 # --- the user -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Annotated, Final
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictStr, field_validator
 
 from app.kit.contract import NUL_FREE_PATTERN, JsonInt
-from app.portability.importer import ImportOutcome
+from app.kit.schemas import Schema
 from app.profiles.schemas import MAX_CONTENT_CHARS
 
 NO_PROFILE: Final = (
@@ -17,7 +17,7 @@ NO_PROFILE: Final = (
 )
 
 
-class CompanyImportOut(BaseModel):
+class CompanyImportOut(Schema):
     """What an import loaded (or, replayed, what the first import of the same stream did)."""
 
     company_id: str
@@ -27,15 +27,6 @@ class CompanyImportOut(BaseModel):
         description="`true`: this very stream had been imported into the company before, and "
         "nothing was written now"
     )
-
-    @classmethod
-    def of(cls, outcome: ImportOutcome) -> CompanyImportOut:
-        return cls(
-            company_id=outcome.company_id,
-            sha256=outcome.sha256,
-            records=dict(outcome.records),
-            replayed=outcome.replayed,
-        )
 
 
 class ExportedProfileIn(BaseModel):

@@ -257,23 +257,23 @@ async def _nothing() -> AsyncGenerator[bytes]:
 
 
 def _version_json(row: Row[Any]) -> bytes:
-    return _json(VersionOut.of_row(repository.version_row(row)))
+    return _json(VersionOut.model_validate(repository.version_row(row)))
 
 
 def _turn_json(row: Row[Any]) -> bytes:
-    return _json(TurnOut.of(TurnRecord(**row._mapping)))
+    return _json(TurnOut.model_validate(TurnRecord(**row._mapping)))
 
 
 def _message_json(row: Row[Any]) -> bytes:
-    return _json(ChatMessageOut.of(MessageRecord(**row._mapping)))
+    return _json(ChatMessageOut.model_validate(MessageRecord(**row._mapping)))
 
 
 def _job_json(row: Row[Any]) -> bytes:
-    return _json(JobOut.of(JobRecord(**row._mapping)))
+    return _json(JobOut.model_validate(JobRecord(**row._mapping)))
 
 
 def _audit_event_json(row: Row[Any]) -> bytes:
-    return _json(AuditEventOut.of(AuditRecord(**row._mapping)))
+    return _json(AuditEventOut.model_validate(AuditRecord(**row._mapping)))
 
 
 def _policy_action_json(row: Row[Any]) -> bytes:

@@ -240,7 +240,7 @@ async def list_versions(
     responses=_NOT_FOUND,
 )
 async def get_version(n: VersionPath, principal: PrincipalDep, session: SessionDep) -> VersionOut:
-    return VersionOut.of_row(await service.read_version(session, principal, n))
+    return VersionOut.model_validate(await service.read_version(session, principal, n))
 
 
 @router.get(
@@ -359,4 +359,4 @@ async def patch_my_settings(
     session: SessionDep,
 ) -> UserSettingsUpdateOut:
     update = await switch.update_user_setting(session, principal, body.context_memory)
-    return UserSettingsUpdateOut.of(update)
+    return UserSettingsUpdateOut.model_validate(update)

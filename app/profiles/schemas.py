@@ -13,14 +13,12 @@ from typing import Annotated, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from app.detectors import Category
-from app.enablement.audit import AuditRecord
 from app.kit.contract import NUL_FREE_PATTERN
 from app.kit.pagination import Page
-from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
+from app.kit.schemas import Schema
 from app.profiles.policy import describe
 from app.profiles.policy_actions import PolicyActionRecord
 from app.profiles.service import VersionDiff
-from app.profiles.switch import MemoryDeletion, UserSettingUpdate
 from app.profiles.versions import VersionInfo, VersionReason, VersionRow
 
 MAX_CONTENT_CHARS: Final = 200_000
@@ -66,7 +64,7 @@ class OperationOut(BaseModel):
     new: str | None
 
 
-class VersionSummaryOut(BaseModel):
+class VersionSummaryOut(Schema):
     """A retained version without its content."""
 
     version: int
@@ -82,29 +80,9 @@ class VersionSummaryOut(BaseModel):
     operation_counts: dict[str, int] = Field(description="ADD / UPDATE / DELETE counts")
 
     @classmethod
-    def fields_of(cls, info: VersionInfo) -> dict[str, object]:
-        return {
-            "version": info.version,
-            "sha256": info.sha256,
-            "tokens": info.tokens,
-            "reason": info.reason,
-            "created_at": info.created_at,
-            "model": info.model,
-            "tokens_in": info.tokens_in,
-            "tokens_out": info.tokens_out,
-            "source_turn_ids": info.source_turn_ids,
-            "job_id": info.job_id,
-            "operation_counts": info.operation_counts,
-        }
-
-    @classmethod
-    def of(cls, info: VersionInfo) -> VersionSummaryOut:
-        return cls.model_validate(cls.fields_of(info))
-
-    @classmethod
     def page(cls, page: Page[VersionInfo]) -> Page[VersionSummaryOut]:
         return Page[VersionSummaryOut](
-            items=[cls.of(info) for info in page.items], next_cursor=page.next_cursor
+            items=[cls.model_validate(info) for info in page.items], next_cursor=page.next_cursor
         )
 
 
@@ -113,16 +91,6 @@ class VersionOut(VersionSummaryOut):
 
     content: str
     operations: list[OperationOut]
-
-    @classmethod
-    def of_row(cls, row: VersionRow) -> VersionOut:
-        return cls.model_validate(
-            {
-                **cls.fields_of(row),
-                "content": row.content,
-                "operations": [OperationOut.model_validate(op) for op in row.operations],
-            }
-        )
 
 
 class VersionDiffOut(BaseModel):
@@ -203,29 +171,21 @@ class ExportSettingsOut(BaseModel):
     context_memory: bool
 
 
-class TurnOut(BaseModel):
+class TurnOut(Schema):
     id: uuid.UUID
     space_id: str
     history_mode: str
     language_model: str | None
     created_at: datetime
 
-    @classmethod
-    def of(cls, turn: TurnRecord) -> TurnOut:
-        return cls.model_validate(turn, from_attributes=True)
 
-
-class ChatMessageOut(BaseModel):
+class ChatMessageOut(Schema):
     id: int
     turn_id: uuid.UUID
     role: str
     content: str
     source: str
     created_at: datetime
-
-    @classmethod
-    def of(cls, message: MessageRecord) -> ChatMessageOut:
-        return cls.model_validate(message, from_attributes=True)
 
 
 class ChatOut(BaseModel):
@@ -234,7 +194,7 @@ class ChatOut(BaseModel):
     messages: list[ChatMessageOut] = Field(description="In stored order")
 
 
-class JobOut(BaseModel):
+class JobOut(Schema):
     id: uuid.UUID
     kind: str
     status: str
@@ -243,21 +203,13 @@ class JobOut(BaseModel):
     created_at: datetime
     finished_at: datetime | None
 
-    @classmethod
-    def of(cls, job: JobRecord) -> JobOut:
-        return cls.model_validate(job, from_attributes=True)
 
-
-class AuditEventOut(BaseModel):
+class AuditEventOut(Schema):
     id: int
     occurred_at: datetime
     action: str
     old: dict[str, object] | None
     new: dict[str, object] | None
-
-    @classmethod
-    def of(cls, event: AuditRecord) -> AuditEventOut:
-        return cls.model_validate(event, from_attributes=True)
 
 
 class MemoryExportOut(BaseModel):
@@ -293,24 +245,15 @@ class UserSettingsPatch(BaseModel):
     )
 
 
-class MemoryDeletionOut(BaseModel):
+class MemoryDeletionOut(Schema):
     profile: bool
     versions: int
     jobs: int
     folder: bool
 
-    @classmethod
-    def of(cls, deletion: MemoryDeletion) -> MemoryDeletionOut:
-        return cls.model_validate(deletion, from_attributes=True)
 
-
-class UserSettingsUpdateOut(BaseModel):
+class UserSettingsUpdateOut(Schema):
     context_memory: bool
     deleted: MemoryDeletionOut | None = Field(
         description="What turning context memory off deleted; `null` when turning it on."
     )
-
-    @classmethod
-    def of(cls, update: UserSettingUpdate) -> UserSettingsUpdateOut:
-        deleted = None if update.deleted is None else MemoryDeletionOut.of(update.deleted)
-        return cls(context_memory=update.context_memory, deleted=deleted)

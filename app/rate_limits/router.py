@@ -6,9 +6,10 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Request
 
-from app.enablement.router import CompanyIdPath, OperatorDep
+from app.enablement.router import OperatorDep
 from app.kit.api_tags import OPERATOR
 from app.kit.db import SessionDep
+from app.kit.schemas import CompanyIdPath
 from app.rate_limits import service
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.schemas import RateLimitsIn, RateLimitsOut

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from app.kit.api_tags import OPERATOR
 from app.kit.auth import Principal, require_role
 from app.kit.config import ModelPrice, Settings
 from app.kit.db import SessionDep
+from app.kit.schemas import CompanyIdPath
 from app.usage import service
 from app.usage.budget import Budget
 from app.usage.schemas import ModelBudgetIn, ModelBudgetOut, UsageReportOut
@@ -19,15 +20,6 @@ from app.usage.service import MAX_RANGE_DAYS, ModelBudgetView
 router = APIRouter()  # full paths, no prefix: metrics label by template
 
 OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
-CompanyIdPath = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=128,
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
-    ),
-]
 _DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 FromQuery = Annotated[
     str,

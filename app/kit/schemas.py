@@ -1,0 +1,38 @@
+"""Schema types every domain shares: the identifier rule, the `company_id` path parameter, and
+`Schema`, the base of the response bodies built from domain objects."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+from fastapi import Path
+from pydantic import BaseModel, ConfigDict, Field
+
+IDENTIFIER_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
+"""An id the callers choose (space, chat, request id): 1..128 of letters, digits and `._:-`, so
+it is safe in a path, a header, a log line and a metric label as it is."""
+
+Identifier = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
+"""A body field or tool argument held to `IDENTIFIER_PATTERN` (path and query parameters state
+the pattern in their own `Path`/`Query`, which FastAPI reads instead of a `Field`)."""
+
+
+def company_id_path(example: str, summary: str) -> Any:
+    """The `company_id` of an operator's route, with the example its documentation shows."""
+    return Path(
+        min_length=1,
+        max_length=128,
+        description="The company, as the tokens of its users name it (`company_id`)",
+        openapi_examples={"company": {"summary": summary, "value": example}},
+    )
+
+
+CompanyIdPath = Annotated[str, company_id_path("acme", "The development company")]
+
+
+class Schema(BaseModel):
+    """A response body read from a domain object's attributes: `Out.model_validate(obj)` where
+    the object's names are the body's. A body that renames or computes a field says so in a
+    classmethod `of` of its own."""
+
+    model_config = ConfigDict(from_attributes=True)
