@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,7 +24,7 @@ from app.jobs import router as jobs_router
 from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
-from app.kit.config import Settings, get_settings, to_asyncpg_url
+from app.kit.config import Settings, get_settings, to_asyncpg_url, warn_unknown_settings
 from app.kit.contract import install_contract
 from app.kit.db import create_database, head_revision, run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
@@ -67,6 +68,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     guard_dependency_overrides(app)  # overrides the lean routes would ignore: refused
     settings: Settings = app.state.settings
     tracing: Tracing = app.state.tracing
+    # before anything can fail: a mistyped DB_* or WORKER_* variable is then in the log too
+    warn_unknown_settings(os.environ)
     embedded: EmbeddedPostgres | None = None
     url = settings.async_database_url
     if url is None:

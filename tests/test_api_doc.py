@@ -25,6 +25,7 @@ import yaml
 
 from app.kit.auth import Principal, issue_token
 from app.kit.config import PROJECT_ROOT
+from app.kit.errors import OTHER_PROBLEMS, PROBLEM_BASE, Conflict, DomainError, ProblemType
 from app.main import create_app
 from tests.helpers.apps import make_settings
 from tests.helpers.db import scratch_database
@@ -195,3 +196,45 @@ async def test_every_example_answers_its_stated_status(
             )
             assert run.statuses == expected, report
             assert run.returncode == 0, report
+
+
+PROBLEMS_HEADING = "\n## Problem types\n"
+PROBLEM_ROW = re.compile(r"^\| `([^`]+)` \| (\d{3}) \| ([^|]+?) \|(.*)$", re.MULTILINE)
+
+
+def service_problem_types() -> set[ProblemType]:
+    """Every problem type the service renders: each `DomainError` (subclasses of subclasses
+    too; `app.main` has imported every module that defines one) and the framework's own."""
+
+    def subclasses(cls: type[DomainError]) -> list[type[DomainError]]:
+        return [cls, *(sub for child in cls.__subclasses__() for sub in subclasses(child))]
+
+    return {cls.problem_type() for cls in subclasses(DomainError)} | set(OTHER_PROBLEMS)
+
+
+def documented_problem_rows() -> dict[tuple[str, int, str], str]:
+    """(type URI, status, title) -> the rest of the row, from the table of docs/api.md."""
+    text = DOC.read_text(encoding="utf-8")
+    assert PROBLEMS_HEADING in text, "docs/api.md has no `## Problem types` section"
+    section = text.split(PROBLEMS_HEADING, 1)[1].split("\n## ", 1)[0]
+    return {
+        (uri, int(status), title.strip()): rest
+        for uri, status, title, rest in PROBLEM_ROW.findall(section)
+    }
+
+
+def test_the_problem_table_lists_every_problem_type_and_no_other() -> None:
+    documented = documented_problem_rows()
+    served = {(PROBLEM_BASE + p.slug, p.status, p.title) for p in service_problem_types()}
+    assert len(served) >= 15
+    assert sorted(served - documented.keys()) == [], "problem types missing from docs/api.md"
+    assert sorted(documented.keys() - served) == [], "rows of docs/api.md the service never answers"
+
+
+def test_the_problem_table_says_what_every_409_says_of_retrying() -> None:
+    documented = documented_problem_rows()
+    conflicts = [p for p in service_problem_types() if p.status == Conflict.status]
+    assert len(conflicts) >= 3
+    for problem in conflicts:
+        row = documented[(PROBLEM_BASE + problem.slug, problem.status, problem.title)]
+        assert f"`retryable: {str(problem.retryable).lower()}`" in row, problem.slug

@@ -208,7 +208,10 @@ async def get_space(
     summary="Change a space's context memory settings (partial, audited)",
     description="Called by a space admin of the token's company to switch context memory on or "
     "off in a space, or to set its memory budget and model; fields left out keep their value.",
-    responses={422: {"description": "Invalid value, or memory switched on behind web search"}},
+    responses={
+        409: {"description": "A concurrent save of the space won; send the request again"},
+        422: {"description": "Invalid value, or memory switched on behind web search"},
+    },
 )
 async def patch_space(
     space_id: SpaceIdPath,

@@ -32,7 +32,7 @@ from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.folders import service as folders
 from app.kit.auth import Principal
-from app.kit.errors import Conflict, Unprocessable
+from app.kit.errors import RetryableConflict, Unprocessable
 from app.kit.pagination import Page, PageRequest, page_of
 
 SPACE_ENABLED_REASON = (
@@ -348,7 +348,7 @@ async def _save_space(
             updated_by_company_id=editor.company_id,
             updated_by=editor.user_id,
         )
-    raise Conflict("The space settings changed while saving; retry the request.")
+    raise RetryableConflict("The space settings changed while saving; retry the request.")
 
 
 # --- user settings ------------------------------------------------------------------------------

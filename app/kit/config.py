@@ -5,11 +5,15 @@ Environment names marked "contract" are relied on by scripts and deployments; ke
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
+import logging
+import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -603,3 +607,84 @@ def _one_host_parameter_each(url: str) -> str:
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+# --- names in the environment that no setting reads ---------------------------------------------
+
+logger = logging.getLogger("app.kit.config")
+
+READ_ELSEWHERE: Final = frozenset(
+    {
+        # the OpenAI SDK's own, read while the service builds its client (app/kit/llm.py passes
+        # the key, the base URL and the Azure endpoint itself, so those are settings)
+        "OPENAI_ADMIN_KEY",
+        "OPENAI_API_TYPE",
+        "OPENAI_API_VERSION",
+        "OPENAI_CUSTOM_HEADERS",
+        "OPENAI_LOG",
+        "OPENAI_ORG_ID",
+        "OPENAI_PROJECT_ID",
+        "OPENAI_WEBHOOK_SECRET",
+    }
+)
+"""Variables under a settings prefix that something else reads on purpose. What the service's
+own code reads from the environment (`OTEL_*`, the tiktoken cache) is under no settings prefix;
+tests/test_settings_typos.py holds that and fails when a new read would be flagged."""
+
+# what Kubernetes sets in every pod for each service of its namespace (`WORKER_SERVICE_HOST`,
+# `WORKER_PORT=tcp://10.0.0.7:9100`, `WORKER_PORT_9100_TCP_ADDR`, ...): a service named like a
+# settings prefix is no typo
+_SERVICE_LINK: Final = re.compile(
+    r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_[A-Z]+)?)$"
+)
+_SERVICE_LINK_PORT: Final = re.compile(r"^(tcp|udp|sctp)://[^\s]+$")
+
+
+def setting_names() -> frozenset[str]:
+    """The environment name of every setting, upper case (its alias where it has one)."""
+    names = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        names.add((alias if isinstance(alias, str) else name).upper())
+    return frozenset(names)
+
+
+def setting_prefixes() -> frozenset[str]:
+    """`DB_`, `JWT_`, `WORKER_`, ...: every prefix up to the first underscore that a setting
+    uses, so that a setting added under a new prefix brings its prefix along."""
+    return frozenset(name.split("_", 1)[0] + "_" for name in setting_names() if "_" in name)
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """Each variable of `environ` under a settings prefix that names no setting (a typo, or a
+    setting since renamed), with the setting whose name is closest, if one is close; sorted.
+
+    Names compare case-insensitively, as the settings read them. A value is looked at only to
+    recognise a Kubernetes service link (`X_PORT=tcp://...`), and never returned."""
+    names, prefixes = setting_names(), tuple(sorted(setting_prefixes()))
+    unknown: list[tuple[str, str | None]] = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(prefixes) or upper in names or upper in READ_ELSEWHERE:
+            continue
+        if _SERVICE_LINK.match(upper) or (
+            upper.endswith("_PORT") and _SERVICE_LINK_PORT.match(environ[variable])
+        ):
+            continue
+        close = difflib.get_close_matches(upper, names, n=1, cutoff=0.75)
+        unknown.append((variable, close[0] if close else None))
+    return unknown
+
+
+def warn_unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """At start-up: one warning per variable `unknown_settings` finds, naming it and the closest
+    setting (never its value, which may be a secret); the names warned about."""
+    for variable, closest in (found := unknown_settings(environ)):
+        hint = f"; did you mean {closest}?" if closest else ""
+        logger.warning(
+            "%s is set in the environment but names no setting%s",
+            variable,
+            hint,
+            extra={"variable": variable, "suggestion": closest},
+        )
+    return [variable for variable, _ in found]

@@ -63,6 +63,13 @@ PROBLEM_SCHEMAS: Final[Mapping[str, OpenAPI]] = {
                 "items": {"$ref": "#/components/schemas/ProblemField"},
                 "description": "The offending fields, for invalid requests",
             },
+            "retryable": {
+                "type": "boolean",
+                "description": "Present on every 409, on no other status: true when the same "
+                "request, sent again after `Retry-After` seconds, can succeed as it is "
+                "(`conflict-retry`); false when something must change first (`conflict`, "
+                "`quota-exceeded`)",
+            },
         },
         "additionalProperties": False,
     },
@@ -100,6 +107,14 @@ _RETRY_AFTER: Final[OpenAPI] = {
 }
 _HEADERS: Final[Mapping[int, OpenAPI]] = {
     401: {"WWW-Authenticate": {"required": True, "schema": {"type": "string", "enum": ["Bearer"]}}},
+    409: {
+        "Retry-After": {
+            "required": False,
+            "description": "Seconds to wait before sending the request again: on every "
+            "`conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full",
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        }
+    },
     429: _RETRY_AFTER,
     503: _RETRY_AFTER,
 }

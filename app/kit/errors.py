@@ -25,11 +25,14 @@ logger = logging.getLogger("app.kit.errors")
 
 
 class ProblemType(NamedTuple):
-    """A kind of problem: its status, its human title and the slug of its `type` URI."""
+    """A kind of problem: its status, its human title and the slug of its `type` URI; and,
+    rendered on a 409 only (`retryable` of the body), whether the same request sent again can
+    succeed without anything else changing first."""
 
     status: int
     title: str
     slug: str
+    retryable: bool = False
 
 
 class DomainError(Exception):
@@ -38,10 +41,11 @@ class DomainError(Exception):
     status: ClassVar[int] = 400
     title: ClassVar[str] = "Bad request"
     slug: ClassVar[str] = "bad-request"
+    retryable: ClassVar[bool] = False
 
     @classmethod
     def problem_type(cls) -> ProblemType:
-        return ProblemType(cls.status, cls.title, cls.slug)
+        return ProblemType(cls.status, cls.title, cls.slug, cls.retryable)
 
     def __init__(
         self,
@@ -80,9 +84,25 @@ class NotFound(DomainError):
 
 
 class Conflict(DomainError):
+    """The request contradicts what is stored (memory turned off, a job that is not dead, a
+    company that holds data): sending it again fails the same way until that changes."""
+
     status = 409
     title = "Conflict"
     slug = "conflict"
+
+
+class RetryableConflict(Conflict):
+    """The request met a concurrent one (its Idempotency-Key in flight, a race it lost) and
+    nothing of it was written: the same request, sent again after `Retry-After` seconds, can
+    succeed as it is."""
+
+    title = "Conflict, retry"
+    slug = "conflict-retry"
+    retryable = True
+
+    def __init__(self, detail: str, *, retry_after_seconds: int = 1) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after_seconds)})
 
 
 class QuotaExceeded(DomainError):
@@ -154,6 +174,11 @@ class ServiceUnavailable(DomainError):
 
 
 INTERNAL_ERROR = ProblemType(500, "Internal server error", "internal")
+METHOD_NOT_ALLOWED = ProblemType(405, "Method not allowed", "method-not-allowed")
+HTTP_ERROR = ProblemType(400, "HTTP error", "http")
+"""Any other error the framework raises (a body it cannot parse: 400), with that error's status."""
+OTHER_PROBLEMS = (INTERNAL_ERROR, METHOD_NOT_ALLOWED, HTTP_ERROR)
+"""The problem types rendered besides those of `DomainError` and its subclasses."""
 
 
 def problem_response(
@@ -164,7 +189,8 @@ def problem_response(
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     """The one renderer: RFC 9457 problem+json with the request id, the trace id (when the
-    request is traced and sampled) and the offending fields."""
+    request is traced and sampled) and the offending fields; on every 409, `retryable`, so a
+    client tells a conflict worth sending again from one that is not without knowing types."""
     status = problem.status
     body: dict[str, Any] = {
         "type": PROBLEM_BASE + problem.slug,
@@ -172,6 +198,8 @@ def problem_response(
         "status": status,
         "detail": detail,
     }
+    if status == Conflict.status:
+        body["retryable"] = problem.retryable
     request_id = current_request_id()
     if request_id:
         body["request_id"] = request_id
@@ -196,10 +224,7 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
     return out
 
 
-_HTTP_PROBLEMS = {
-    404: NotFound.problem_type(),
-    405: ProblemType(405, "Method not allowed", "method-not-allowed"),
-}
+_HTTP_PROBLEMS = {404: NotFound.problem_type(), 405: METHOD_NOT_ALLOWED}
 
 
 def render_unexpected_error(
@@ -250,9 +275,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        problem = _HTTP_PROBLEMS.get(
-            exc.status_code, ProblemType(exc.status_code, "HTTP error", "http")
-        )
+        problem = _HTTP_PROBLEMS.get(exc.status_code, HTTP_ERROR._replace(status=exc.status_code))
         detail = exc.detail if isinstance(exc.detail, str) else problem.title
         if exc.status_code == 404:
             detail = "No such resource."

@@ -31,6 +31,20 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
+# the structured fields a log call may pass in `extra`, written when present
+_FIELDS = (
+    "method",
+    "path",
+    "route",
+    "status",
+    "duration_ms",
+    "job_id",
+    "outcome",
+    "variable",
+    "suggestion",
+)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line; carries the request id of the request being served, and the
     trace and span ids of the span in progress when it is sampled."""
@@ -48,7 +62,7 @@ class JsonFormatter(logging.Formatter):
         traced = trace_ids()
         if traced is not None:
             payload["trace_id"], payload["span_id"] = traced
-        for key in ("method", "path", "route", "status", "duration_ms", "job_id", "outcome"):
+        for key in _FIELDS:
             value = record.__dict__.get(key)
             if value is not None:
                 payload[key] = value

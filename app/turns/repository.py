@@ -60,7 +60,7 @@ from app.jobs.enqueue import (
 )
 from app.kit.auth import Principal
 from app.kit.db import positional
-from app.kit.errors import Conflict
+from app.kit.errors import RetryableConflict
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
     HEAD_PROFILE_FOLDER_ID,
@@ -250,7 +250,8 @@ def _turn_write(job_mode: str, with_record: bool, traced: bool) -> tuple[str, tu
     """The write's statement; `traced`: its job keeps the turn's `traceparent` (the statement
     of an untraced turn binds nothing more)."""
     stored = "(SELECT count(*) FROM idempotency)" if with_record else "0"
-    held = "(SELECT count(*) FROM folder_held)" if job_mode == COALESCED else "1"
+    # a new job's `planned` is the folder itself: not planned, the folder is gone
+    held = "(SELECT count(*) FROM folder_held)" if job_mode == COALESCED else "0"
     # constant fragments of their owners, never user input
     parts = [
         TURN_LOCKS_CTE,
@@ -324,7 +325,7 @@ async def write_turn(
         return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN
     if record is not None and row["stored"] != 1:
         # a live record appeared although we hold its lock: never save the turn twice
-        raise Conflict("This Idempotency-Key was used concurrently; retry the request.")
+        raise RetryableConflict("This Idempotency-Key was used concurrently; retry the request.")
     return TurnWrite.WRITTEN
 
 

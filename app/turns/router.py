@@ -196,7 +196,11 @@ async def load_context(
             "links": CHAT_LINKS,
         },
         202: {"description": "Saved; consolidation queued", "links": QUEUED_TURN_LINKS},
-        409: {"description": "A request with this Idempotency-Key is in flight"},
+        409: {
+            "description": "A request with this Idempotency-Key is in flight, or the memory "
+            "was deleted meanwhile (`conflict-retry`: send it again); or a quota is reached "
+            "(`quota-exceeded`)"
+        },
     },
 )
 async def save_turn(

@@ -43,7 +43,7 @@ from app.jobs.enqueue import CoalescedItem, NewJob
 from app.kit.auth import Principal
 from app.kit.config import Settings
 from app.kit.db import Database
-from app.kit.errors import Conflict, Forbidden, QuotaExceeded, Unprocessable
+from app.kit.errors import Conflict, Forbidden, QuotaExceeded, RetryableConflict, Unprocessable
 from app.quotas.limits import quota_limits
 from app.quotas.rule import (
     NEW_JOB,
@@ -138,9 +138,8 @@ async def _save(
     if key is not None and not await repository.try_lock_idempotency_key(
         conn, principal.company_id, principal.user_id, key
     ):
-        raise Conflict(
-            "A request with this Idempotency-Key is still in progress; retry later.",
-            headers={"Retry-After": "1"},
+        raise RetryableConflict(
+            "A request with this Idempotency-Key is still in progress; retry later."
         )
     queue = Queue.COALESCE if services.limits.user_queued_jobs > 0 else Queue.ANYWAY
     erased = queue_plans = 0
@@ -156,9 +155,8 @@ async def _save(
         # as many lost races, a job whatever the count, so that racing claims never leave the
         # turn unsaved
         queue = Queue.COALESCE if queue_plans < MAX_QUEUE_PLANS else Queue.ANYWAY
-    raise Conflict(
-        "Your memory was deleted while this turn was being saved; nothing was saved, retry.",
-        headers={"Retry-After": "1"},
+    raise RetryableConflict(
+        "Your memory was deleted while this turn was being saved; nothing was saved, retry."
     )
 
 

@@ -91,7 +91,7 @@ async def test_nobody_else_sees_a_users_job(
     assert response.headers["content-type"] == "application/problem+json"
 
 
-@pytest.mark.parametrize("job_id", ["not-a-uuid", str(uuid.uuid4())])
+@pytest.mark.parametrize("job_id", ["not-a-uuid", "5b0c9a53-3a4e-4d39-9a43-0c3f3f9e27d1"])
 async def test_an_invalid_or_unknown_job_id_is_404(
     client: httpx.AsyncClient, auth: AuthFactory, job_id: str
 ) -> None:
@@ -221,6 +221,9 @@ async def test_an_operator_retries_a_dead_job(
     )
     not_dead = await client.post(f"/v1/companies/acme/jobs/{queued}/retry", headers=headers)
     assert not_dead.status_code == 409
+    assert not_dead.json()["type"] == "urn:context-memory:problem:conflict"
+    assert not_dead.json()["retryable"] is False
+    assert "retry-after" not in not_dead.headers
     for path in (
         f"/v1/companies/acme/jobs/{foreign}/retry",
         f"/v1/companies/acme/jobs/{uuid.uuid4()}/retry",

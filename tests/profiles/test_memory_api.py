@@ -312,3 +312,5 @@ async def test_an_opted_out_user_cannot_write_a_profile(
 
     assert response.status_code == 409
     assert response.headers["content-type"] == PROBLEM
+    assert response.json()["type"] == "urn:context-memory:problem:conflict"
+    assert response.json()["retryable"] is False

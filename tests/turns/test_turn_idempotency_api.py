@@ -96,6 +96,11 @@ async def test_same_key_while_the_first_is_in_flight_is_409(
 
     assert blocked.status_code == 409
     assert blocked.headers["retry-after"] == "1"
+    problem = blocked.json()
+    assert (problem["type"], problem["retryable"]) == (
+        "urn:context-memory:problem:conflict-retry",
+        True,
+    )
     assert other_user.status_code == 201  # keys are scoped per user
     assert await stored(client, auth, chat) == []
     assert (await post(client, auth, chat, key)).status_code == 201

@@ -1,11 +1,11 @@
 /**
  * `ContextMemoryClient`: every orchestrator and user route of the service as a method, over the
  * global `fetch` (or one given), with the Python client's retry rules: a request is repeated
- * only when repeating it is safe, a turn-save keeps one `Idempotency-Key` across its attempts,
- * and `Retry-After` is honoured.
+ * only when repeating it is safe (after a 429, a 503, a 409 `conflict-retry`, or no answer), a
+ * turn-save keeps one `Idempotency-Key` across its attempts, and `Retry-After` is honoured.
  */
 
-import { ProblemError, problemFromResponse, TransportError } from "./errors.js";
+import { Conflict, ProblemError, problemFromResponse, TransportError } from "./errors.js";
 import {
   DEFAULT_RETRY_POLICY,
   parseRetryAfter,
@@ -431,10 +431,13 @@ export class ContextMemoryClient {
           return { status: response.status, body: await response.text() };
         }
         const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
-        if (!mayRetry || !this.retry.retryStatuses.includes(response.status)) {
-          throw await problemFromResponse(response, retryAfter);
+        if (mayRetry && this.retry.retryStatuses.includes(response.status)) {
+          await response.body?.cancel();
+        } else {
+          // a 409 is retried when its problem says so (a `conflict-retry`: nothing was written)
+          const problem = await problemFromResponse(response, retryAfter);
+          if (!mayRetry || !(problem instanceof Conflict && problem.retryable)) throw problem;
         }
-        await response.body?.cancel();
         delayMs = retryDelayMs(this.retry, attempt, retryAfter);
       } catch (error) {
         if (error instanceof ProblemError) throw error;

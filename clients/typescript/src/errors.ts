@@ -23,12 +23,16 @@ export interface ProblemInit {
   requestId: string | null;
   errors: readonly ProblemField[];
   retryAfterSeconds: number | null;
+  /** The problem's `retryable` member (every 409 has one); null or left out when it has none. */
+  retryable?: boolean | null;
 }
 
 /**
  * An error answer from the service. `requestId` is the id to quote when reporting it (the
  * `request_id` member, else the `X-Request-ID` header); `retryAfterSeconds` is the server's
- * `Retry-After` when it sent one.
+ * `Retry-After` when it sent one. `retryable` says whether the same request, sent again later,
+ * can succeed as it is: the problem's `retryable` member where the service sends one (on every
+ * 409), otherwise true for a 429, a 503 or a `RetryableConflict` only.
  */
 export class ProblemError extends MemoryClientError {
   override name = "ProblemError";
@@ -40,6 +44,9 @@ export class ProblemError extends MemoryClientError {
   readonly requestId: string | null;
   readonly errors: readonly ProblemField[];
   readonly retryAfterSeconds: number | null;
+  readonly retryable: boolean;
+  /** What `retryable` is when the problem does not say. */
+  protected static readonly retryableByDefault: boolean = false;
 
   constructor(init: ProblemInit) {
     const id = init.requestId ? ` [${init.requestId}]` : "";
@@ -51,6 +58,8 @@ export class ProblemError extends MemoryClientError {
     this.requestId = init.requestId;
     this.errors = init.errors;
     this.retryAfterSeconds = init.retryAfterSeconds;
+    this.retryable =
+      init.retryable ?? (this.constructor as typeof ProblemError).retryableByDefault;
   }
 }
 
@@ -70,10 +79,25 @@ export class Forbidden extends ProblemError {
 export class NotFound extends ProblemError {
   override name = "NotFound";
 }
-/** 409: the request conflicts with the current state (memory off, key reused, ...). */
+/**
+ * 409: the request conflicts with the current state (memory off, a job that is not dead, a quota
+ * reached, ...); `retryable` is false unless it is a `RetryableConflict`.
+ */
 export class Conflict extends ProblemError {
   override name = "Conflict";
 }
+/**
+ * 409 `conflict-retry`: the request met a concurrent one (its `Idempotency-Key` in flight, a race
+ * it lost) and nothing of it was written; the same request after `retryAfterSeconds` can succeed.
+ * The client retries it like a 503 where the call is safe to repeat.
+ */
+export class RetryableConflict extends Conflict {
+  override name = "RetryableConflict";
+  protected static override readonly retryableByDefault: boolean = true;
+}
+
+/** The `type` of a retryable conflict. */
+export const CONFLICT_RETRY_TYPE = "urn:context-memory:problem:conflict-retry";
 /** 412: `If-Match` does not name the current version (read it again, then write). */
 export class PreconditionFailed extends ProblemError {
   override name = "PreconditionFailed";
@@ -93,6 +117,7 @@ export class PreconditionRequired extends ProblemError {
 /** 429: slow down; `retryAfterSeconds` says for how long. */
 export class TooManyRequests extends ProblemError {
   override name = "TooManyRequests";
+  protected static override readonly retryableByDefault: boolean = true;
 }
 /** A 5xx other than 503. */
 export class ServerError extends ProblemError {
@@ -101,6 +126,7 @@ export class ServerError extends ProblemError {
 /** 503: the service (usually its database) is unavailable for now. */
 export class ServiceUnavailable extends ServerError {
   override name = "ServiceUnavailable";
+  protected static override readonly retryableByDefault: boolean = true;
 }
 
 /** No answer: the connection failed or an attempt timed out, after the retries allowed. */
@@ -133,15 +159,20 @@ export async function problemFromResponse(
   const text = await response.text().catch(() => "");
   const body = parseObject(text);
   const status = response.status;
-  const Class = BY_STATUS.get(status) ?? (status >= 500 ? ServerError : ProblemError);
+  const type = stringOr(body["type"], "about:blank");
+  const Class =
+    status === 409 && type === CONFLICT_RETRY_TYPE
+      ? RetryableConflict
+      : (BY_STATUS.get(status) ?? (status >= 500 ? ServerError : ProblemError));
   return new Class({
     status,
     title: stringOr(body["title"], response.statusText || "Error"),
     detail: stringOr(body["detail"], text.slice(0, 500)),
-    type: stringOr(body["type"], "about:blank"),
+    type,
     requestId: stringOr(body["request_id"], response.headers.get("x-request-id") ?? "") || null,
     errors: Array.isArray(body["errors"]) ? body["errors"].filter(isProblemField) : [],
     retryAfterSeconds,
+    retryable: typeof body["retryable"] === "boolean" ? body["retryable"] : null,
   });
 }
 

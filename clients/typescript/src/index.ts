@@ -13,6 +13,7 @@ export {
 } from "./client.js";
 export {
   BadRequest,
+  CONFLICT_RETRY_TYPE,
   Conflict,
   Forbidden,
   MemoryClientError,
@@ -21,6 +22,7 @@ export {
   PreconditionFailed,
   PreconditionRequired,
   ProblemError,
+  RetryableConflict,
   ServerError,
   ServiceUnavailable,
   TooManyRequests,

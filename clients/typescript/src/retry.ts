@@ -15,7 +15,10 @@ export interface RetryPolicy {
   readonly maxRetryAfterMs: number;
   /** Up to this fraction of a `Retry-After` is added, so that clients do not come back at once. */
   readonly jitter: number;
-  /** Answers that are retried (connection errors and attempt timeouts always are). */
+  /**
+   * Answers that are retried (connection errors, attempt timeouts and a 409 whose problem says
+   * `"retryable": true`, a `conflict-retry`, always are).
+   */
   readonly retryStatuses: readonly number[];
 }
 

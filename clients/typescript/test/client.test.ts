@@ -8,9 +8,12 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
+  CONFLICT_RETRY_TYPE,
+  Conflict,
   ContextMemoryClient,
   NotFound,
   PreconditionFailed,
+  RetryableConflict,
   ServiceUnavailable,
   TransportError,
   Unauthorized,
@@ -21,7 +24,7 @@ import {
   type TurnRequest,
 } from "context-memory-client";
 
-import { BASE_URL, NO_SERVICE, SPACE, failingFetch, freshUser } from "./support.js";
+import { BASE_URL, CONFLICT_RETRY, NO_SERVICE, SPACE, failingFetch, freshUser } from "./support.js";
 
 const FACT = "I work as a credit risk analyst at Helvetia Bank.";
 
@@ -122,6 +125,7 @@ describe("against the service", { skip: NO_SERVICE }, () => {
     assert.ok(missing instanceof NotFound);
     assert.equal(missing.status, 404);
     assert.equal(missing.type, "urn:context-memory:problem:not-found");
+    assert.equal(missing.retryable, false);
     assert.ok(missing.title && missing.detail);
     assert.ok(missing.requestId);
 
@@ -158,9 +162,79 @@ describe("against the service", { skip: NO_SERVICE }, () => {
       .catch((caught: unknown) => caught);
     assert.ok(error instanceof ServiceUnavailable);
     assert.equal(error.retryAfterSeconds, 0);
+    assert.equal(error.retryable, true, "a 503 is retryable though its problem does not say");
     assert.equal(error.requestId, "front");
     assert.deepEqual(front.keys, ["turn-42", "turn-42", "turn-42"]);
     await assert.rejects(client.listMessagesPage("chat-x"), NotFound);
+  });
+
+  test("a turn-save retried across two conflict-retry 409s keeps one key and stores one turn", async () => {
+    const front = failingFetch("/turns", 2, "1", CONFLICT_RETRY);
+    const { client } = await freshUser({ fetch: front.fetch, retries: { jitter: 0 } });
+    const started = performance.now();
+    const saved = await client.saveTurn("chat-c", turn(FACT));
+    const elapsed = performance.now() - started;
+    assert.equal(saved.saved_messages, 2);
+    assert.equal(front.keys.length, 3);
+    assert.ok(front.keys[0], "the first attempt carries an Idempotency-Key");
+    assert.equal(new Set(front.keys).size, 1, "every attempt carries the same Idempotency-Key");
+    assert.ok(elapsed >= 2000, `waited the Retry-After of each 409 (${elapsed} ms)`);
+    assert.equal((await client.listMessagesPage("chat-c")).items.length, 2, "one turn stored");
+  });
+
+  test("a conflict-retry past the last attempt is a RetryableConflict, a Conflict", async () => {
+    const front = failingFetch("/turns", 5, "0", CONFLICT_RETRY);
+    const { client } = await freshUser({ fetch: front.fetch, retries: { maxAttempts: 2 } });
+    const error = await client
+      .saveTurn("chat-k", turn(FACT), { idempotencyKey: "turn-7" })
+      .catch((caught: unknown) => caught);
+    assert.ok(error instanceof RetryableConflict);
+    assert.ok(error instanceof Conflict);
+    assert.equal(error.name, "RetryableConflict");
+    assert.equal(error.type, CONFLICT_RETRY_TYPE);
+    assert.equal(error.retryable, true);
+    assert.equal(error.retryAfterSeconds, 0);
+    assert.deepEqual(front.keys, ["turn-7", "turn-7"]);
+  });
+
+  test("a conflict only a change of state can mend is thrown at once, retryable false", async () => {
+    const { token } = await freshUser();
+    let calls = 0;
+    const client = new ContextMemoryClient({
+      baseUrl: BASE_URL,
+      token,
+      fetch: async (input, init) => {
+        if (new URL(String(input)).pathname === "/v1/me/memory") calls++;
+        return fetch(input, init);
+      },
+    });
+    await client.setMemoryEnabled(false);
+    const profile = "# User Memory\n\n## Identity\n- An analyst\n";
+    const error = await client.putMemory(profile, { version: null }).catch((caught: unknown) => caught);
+    assert.ok(error instanceof Conflict, String(error));
+    assert.ok(!(error instanceof RetryableConflict));
+    assert.equal(error.type, "urn:context-memory:problem:conflict");
+    assert.equal(error.retryable, false);
+    assert.equal(calls, 1, "a conflict that is not retryable is not repeated");
+  });
+
+  test("an explicit consolidation is not repeated after a conflict-retry", async () => {
+    const front = failingFetch("/consolidations", 1, "0", CONFLICT_RETRY);
+    const { client } = await freshUser({ fetch: front.fetch });
+    await assert.rejects(
+      client.consolidateNow({ space_id: SPACE, user: "hi", assistant: "hello" }),
+      RetryableConflict,
+    );
+    assert.equal(front.keys.length, 1);
+  });
+
+  test("concurrent saves of one turn with one key all answer the same turn, saved once", async () => {
+    const { client } = await freshUser();
+    const saves = await Promise.all(
+      Array.from({ length: 6 }, () => client.saveTurn("chat-same", turn(FACT), { idempotencyKey: "same-turn" })),
+    );
+    assert.equal(new Set(saves.map((saved) => saved.turn_id)).size, 1);
+    assert.equal((await client.listMessagesPage("chat-same")).items.length, 2);
   });
 
   test("an explicit consolidation is not repeated after a 503", async () => {

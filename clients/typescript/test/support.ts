@@ -1,6 +1,6 @@
 /**
  * What the tests share: the service they run against (CMS_URL, started on a fresh database by
- * tests/clients/test_typescript_client.py), tokens signed with its test key (CMS_JWT_SECRET),
+ * tests/client/test_typescript_client.py), tokens signed with its test key (CMS_JWT_SECRET),
  * and a fresh user of a fresh company with context memory switched on.
  */
 
@@ -16,7 +16,7 @@ export const SPACE = "space-ts";
 export const NO_SERVICE: string | false =
   BASE_URL && SECRET
     ? false
-    : "CMS_URL and CMS_JWT_SECRET are not set (tests/clients/test_typescript_client.py sets them)";
+    : "CMS_URL and CMS_JWT_SECRET are not set (tests/client/test_typescript_client.py sets them)";
 
 /** A token as `python -m app token` makes one (HS256, the service's default issuer and audience). */
 export function mintToken(sub: string, company: string, roles: string[] = []): string {
@@ -55,24 +55,42 @@ export async function freshUser(options: Omit<ClientOptions, "baseUrl" | "token"
   return { company, token, client: new ContextMemoryClient({ baseUrl: BASE_URL, token, ...options }) };
 }
 
-/** A `fetch` that answers 503 + Retry-After to the first `failures` requests whose path ends in
- * `suffix`, and records the Idempotency-Key of each; everything else goes to the service. */
-export function failingFetch(suffix: string, failures: number, retryAfter = "1") {
+/** A 503 as the service answers it while its database is unreachable. */
+export const UNAVAILABLE = {
+  type: "urn:context-memory:problem:unavailable",
+  title: "Service unavailable",
+  status: 503,
+  detail: "The database is unavailable.",
+  request_id: "front",
+};
+
+/** A 409 as the service answers a turn-save while another with its Idempotency-Key is in flight. */
+export const CONFLICT_RETRY = {
+  type: "urn:context-memory:problem:conflict-retry",
+  title: "Conflict, retry",
+  status: 409,
+  detail: "A request with this Idempotency-Key is still in progress; retry later.",
+  request_id: "front",
+  retryable: true,
+};
+
+/** A `fetch` that answers `problem` (a 503 unless told) + Retry-After to the first `failures`
+ * requests whose path ends in `suffix`, and records the Idempotency-Key of each; everything
+ * else goes to the service. */
+export function failingFetch(
+  suffix: string,
+  failures: number,
+  retryAfter = "1",
+  problem: { status: number } = UNAVAILABLE,
+) {
   const keys: (string | null)[] = [];
   const fetch: typeof globalThis.fetch = async (input, init) => {
     const url = new URL(String(input));
     if (url.pathname.endsWith(suffix)) {
       keys.push(new Headers(init?.headers).get("idempotency-key"));
       if (keys.length <= failures) {
-        const problem = {
-          type: "urn:context-memory:problem:unavailable",
-          title: "Service unavailable",
-          status: 503,
-          detail: "The database is unavailable.",
-          request_id: "front",
-        };
         return new Response(JSON.stringify(problem), {
-          status: 503,
+          status: problem.status,
           headers: { "content-type": "application/problem+json", "retry-after": retryAfter },
         });
       }

@@ -2223,6 +2223,8 @@ export interface components {
             trace_id?: string;
             /** @description The offending fields, for invalid requests */
             errors?: components["schemas"]["ProblemField"][];
+            /** @description Present on every 409, on no other status: true when the same request, sent again after `Retry-After` seconds, can succeed as it is (`conflict-retry`); false when something must change first (`conflict`, `quota-exceeded`) */
+            retryable?: boolean;
         };
         /** ProblemField */
         ProblemField: {
@@ -2410,9 +2412,11 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A request with this Idempotency-Key is in flight */
+            /** @description A request with this Idempotency-Key is in flight, or the memory was deleted meanwhile (`conflict-retry`: send it again); or a quota is reached (`quota-exceeded`) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -3085,6 +3089,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A concurrent save of the space won; send the request again */
+            409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body is over the size limit */
             413: {
                 headers: {
@@ -3633,6 +3648,8 @@ export interface operations {
             /** @description Context memory is turned off for you */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -4428,6 +4445,8 @@ export interface operations {
             /** @description The job is not dead */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4522,6 +4541,8 @@ export interface operations {
             /** @description Context memory is not enabled for you in this space */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -4874,6 +4895,8 @@ export interface operations {
             /** @description The company already holds data (from elsewhere) */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
@@ -4998,6 +5021,8 @@ export interface operations {
             /** @description Context memory is turned off for you */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
