@@ -59,8 +59,13 @@ demo-ts: $(STAMP) $(TS_STAMP)
 eval: $(STAMP)
 	$(BIN)/python -m eval $(EVAL_ARGS)
 
+# On every core (pytest-xdist): one worker process per core, each with a database of its own
+# (tests/conftest.py), a test file's tests on one worker (`loadfile`: a module's fixtures are
+# built once), the files handed out longest first (tests/conftest.py's LONGEST_FILES).
+# `make test XDIST=` runs in one process; PYTEST_ARGS comes last and wins.
+XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
 test: $(STAMP) $(IDP_STAMP) $(TS_STAMP)
-	$(BIN)/python -m pytest -q -m "not long" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not long" $(XDIST) $(PYTEST_ARGS)
 
 # The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
 # when missing (`make test` runs them too, and skips them without Chromium); screenshots of

@@ -32,9 +32,9 @@ from app.kit.auth import Principal, issue_token
 from app.kit.config import PROJECT_ROOT, Settings
 from app.kit.errors import PROBLEM_CONTENT_TYPE
 from tests.helpers.apps import COMPANY, SPACE, TEST_JWT_SECRET, make_settings
+from tests.helpers.polling import wait_until
 from tests.helpers.private_pg import PrivatePostgres
 from tests.helpers.settings import enable_company
-from tests.helpers.worker import wait_for
 
 CLIENTS = 6  # concurrent client tasks, two per user: keys are scoped to their user
 USERS_PER_TEST = 3
@@ -137,14 +137,15 @@ async def served() -> AsyncIterator[Served]:
 async def _wait_until_ready(
     http: httpx.AsyncClient, process: asyncio.subprocess.Process, log: Path
 ) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    async def ready() -> bool:
         assert process.returncode is None, f"serve exited:\n{_tail(log)}"
         with contextlib.suppress(httpx.TransportError):
-            if (await http.get("/readyz")).status_code == 200:
-                return
-        await asyncio.sleep(0.1)
-    pytest.fail(f"serve did not get ready:\n{_tail(log)}")
+            return (await http.get("/readyz")).status_code == 200
+        return False
+
+    await wait_until(
+        ready, START_TIMEOUT_SECONDS, what=lambda: f"serve ready:\n{_tail(log)}", every=0.1
+    )
 
 
 def _tail(log: Path) -> str:
@@ -159,11 +160,12 @@ async def _readiness(http: httpx.AsyncClient) -> httpx.Response:
 async def _ready_within(http: httpx.AsyncClient, seconds: float) -> float:
     """Seconds until /readyz answers 200 (polled); fails after `seconds`."""
     started = time.monotonic()
-    while time.monotonic() - started < seconds:
-        if (await _readiness(http)).status_code == 200:
-            return time.monotonic() - started
-        await asyncio.sleep(0.1)
-    pytest.fail(f"/readyz not ready {seconds} s after the database came back")
+
+    async def ready() -> bool:
+        return (await _readiness(http)).status_code == 200
+
+    await wait_until(ready, seconds, what="/readyz ready after the database came back", every=0.1)
+    return time.monotonic() - started
 
 
 # --- the load ----------------------------------------------------------------------------------
@@ -229,11 +231,12 @@ class TurnLoad:
 
     async def acked(self, count: int, *, seconds: float = RECOVERY_SECONDS) -> None:
         """Wait until `count` turns in all were acknowledged."""
-        deadline = time.monotonic() + seconds
-        while len(self.acks) < count:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{len(self.acks)} of {count} turns acknowledged in {seconds} s")
-            await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: len(self.acks) >= count,
+            seconds,
+            what=lambda: f"{count} turns acknowledged ({len(self.acks)} were)",
+            every=0.05,
+        )
 
     def unavailable_since(self, instant: float) -> int:
         return sum(a.status == 503 for a in self.answers if a.started >= instant)
@@ -377,27 +380,28 @@ async def assert_consolidated_within(
     served: Served, users: tuple[str, ...], seconds: float
 ) -> None:
     """The worker recovered by itself: every queued job of `users` succeeded."""
-    deadline = time.monotonic() + seconds
-    while True:
+    statuses: dict[str, int] = {}
+
+    async def consolidated() -> bool:
         conn = await asyncpg.connect(
             user="postgres", database="postgres", host=served.pg.socket_dir, timeout=10
         )
         try:
-            statuses = dict(
-                await conn.fetch(
-                    "SELECT status, count(*) FROM jobs"
-                    " WHERE company_id = $1 AND user_id = ANY($2::text[]) GROUP BY status",
-                    COMPANY,
-                    list(users),
-                )
+            found = await conn.fetch(
+                "SELECT status, count(*) FROM jobs"
+                " WHERE company_id = $1 AND user_id = ANY($2::text[]) GROUP BY status",
+                COMPANY,
+                list(users),
             )
         finally:
             await conn.close()
-        if set(statuses) == {"succeeded"}:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"jobs not consolidated {seconds} s after the load: {statuses}")
-        await asyncio.sleep(0.2)
+        statuses.clear()
+        statuses.update((str(row[0]), int(row[1])) for row in found)
+        return set(statuses) == {"succeeded"}
+
+    await wait_until(
+        consolidated, seconds, what=lambda: f"every job consolidated: {statuses}", every=0.2
+    )
 
 
 async def _enabled_users(served: Served) -> tuple[str, ...]:
@@ -429,7 +433,7 @@ async def test_turn_saves_through_an_immediate_postgres_restart_lose_and_duplica
         async def every_client_met_the_outage() -> bool:
             return load.clients_unavailable_since(down) == CLIENTS
 
-        await wait_for(every_client_met_the_outage, RECOVERY_SECONDS)
+        await wait_until(every_client_met_the_outage, RECOVERY_SECONDS)
         restarting = time.monotonic()
         await served.pg.start_again()
         ready_after = await _ready_within(served.http, RECOVERY_SECONDS)

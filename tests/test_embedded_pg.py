@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -116,7 +117,7 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
             os.write(write_end, answer.encode())
             code = 0
         except BaseException as exc:
-            os.write(write_end, f"error: {exc!r}".encode())
+            os.write(write_end, f"error: {exc!r}\n{traceback.format_exc()}".encode())
         finally:
             os._exit(code)
     os.close(write_end)

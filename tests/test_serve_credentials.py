@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -22,6 +21,7 @@ import pytest
 
 from app.kit.config import DEV_JWT_SECRET, PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET, TokenFactory
+from tests.helpers.polling import wait_until_sync
 
 START_TIMEOUT_SECONDS = 60.0
 REFUSAL_TIMEOUT_SECONDS = 30.0  # the interpreter and the app's imports, nothing more
@@ -66,14 +66,18 @@ def serving(
 
 
 def _wait_until_ready(process: subprocess.Popen[bytes], port: int, output: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         assert process.poll() is None, f"serve exited early:\n{output.read_text()[-3000:]}"
         with suppress(OSError):
-            if get(port, "/readyz")[0] == 200:
-                return
-        time.sleep(0.1)
-    pytest.fail(f"serve was not ready in time:\n{output.read_text()[-3000:]}")
+            return get(port, "/readyz")[0] == 200
+        return False
+
+    wait_until_sync(
+        ready,
+        START_TIMEOUT_SECONDS,
+        what=lambda: f"serve ready:\n{output.read_text()[-3000:]}",
+        every=0.1,
+    )
 
 
 def get(port: int, path: str, token: str | None = None) -> tuple[int, str]:

@@ -22,6 +22,7 @@ import pytest
 from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import TEST_JWT_SECRET
 from tests.helpers.db import scratch_database
+from tests.helpers.polling import wait_until_sync
 
 START_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -75,14 +76,18 @@ def serving(
 
 
 def wait_until_answering(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def answering() -> bool:
         assert process.poll() is None, f"serve exited early:\n{log_path.read_text()[-3000:]}"
         with suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310
-            if answer.status == 200:
-                return
-        time.sleep(0.2)
-    pytest.fail(f"{url} did not answer 200 in time:\n{log_path.read_text()[-3000:]}")
+            return bool(answer.status == 200)
+        return False
+
+    wait_until_sync(
+        answering,
+        START_TIMEOUT_SECONDS,
+        what=lambda: f"{url} answering 200:\n{log_path.read_text()[-3000:]}",
+        every=0.2,
+    )
 
 
 def api_processes(supervisor: psutil.Process, port: int) -> set[int]:
@@ -132,12 +137,15 @@ def log_messages(log_path: Path) -> list[str]:
 
 
 def assert_all_gone(processes: list[psutil.Process]) -> None:
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    alive = processes
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _running(p)]
-        time.sleep(0.1)
-    assert not alive, f"still running: {alive}"
+    def gone() -> bool:
+        return not any(_running(p) for p in processes)
+
+    wait_until_sync(
+        gone,
+        STOP_TIMEOUT_SECONDS,
+        what=lambda: f"all gone; still running: {[p for p in processes if _running(p)]}",
+        every=0.1,
+    )
 
 
 def _running(process: psutil.Process) -> bool:

@@ -8,11 +8,21 @@ context, memory, versions, settings, chats, a worker's run with its housekeeping
 import, erasure, the operator's routes), so that run alone it still checks the statements of
 every part of the service. A company-owned table that a statement does not pin to one company
 fails the test, unless `EXEMPTIONS` names the statement with its reason.
+
+Under pytest-xdist (`make test`) every worker is a process of its own with its own log, and this
+module runs on one of them: its tests see the statements of that worker (the tour's included).
+The statements of the others are checked too: each worker hands its log to the controller when
+it ends, and the controller runs `RUN_WIDE_CHECKS` (the same `routing_failures`) over the merged
+logs of every worker after the last test; a finding fails the run as the failed test
+`tests/test_statement_routing.py::statements of every worker`, naming each statement's first
+test and its worker. A check over the log that must see the whole run belongs in
+`RUN_WIDE_CHECKS` too.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,9 +41,18 @@ from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory, app_with
 from tests.helpers.db import admin_fetchval, database_of
 from tests.helpers.memory import ME
 from tests.helpers.portability import export_of, import_into, operator, records, seed_company
-from tests.helpers.statement_log import LOG, Sighting
+from tests.helpers.session_state import RESTORED_BY_THE_DRIVER, session_state
+from tests.helpers.settings import enable_company
+from tests.helpers.statement_log import (
+    LOG,
+    Sighting,
+    StatementLog,
+    WorkerLog,
+    merge,
+    run_wide_failures,
+)
 from tests.helpers.statement_routing import Finding, unrouted
-from tests.helpers.turns import context, new_chat, save_turn, user
+from tests.helpers.turns import context, new_chat, save_turn, turn_body, user
 from tests.helpers.worker import wait_for
 
 
@@ -225,6 +244,25 @@ def test_an_exemption_covers_only_its_statement_and_tables() -> None:
     assert _exemption_of(other, Finding("jobs", "")) is None
 
 
+def test_the_run_wide_check_fails_on_an_unscoped_statement_of_any_worker() -> None:
+    """What the controller does under pytest-xdist: the workers' logs merged, then checked."""
+    scoped = "SELECT content FROM chat_messages WHERE company_id = $1 AND user_id = $2"
+    unscoped = "SELECT content FROM chat_messages WHERE user_id = $1"
+    logs = [
+        WorkerLog("gw0", True, [(scoped, 3, "tests/a.py::test_one")]),
+        WorkerLog(
+            "gw1", False, [(scoped, 1, "tests/b.py::test_two"), (unscoped, 2, "tests/b.py::t")]
+        ),
+    ]
+    merged = merge(logs)
+    assert merged[scoped] == Sighting(4, "tests/a.py::test_one [gw0]")
+
+    [failure] = run_wide_failures(merged)
+    assert "chat_messages" in failure
+    assert "first sent in tests/b.py::t [gw1] (2 time(s))" in failure
+    assert run_wide_failures(merge(logs[:1])) == []
+
+
 async def test_every_statement_of_the_service_is_routable_by_company(
     app: FastAPI,
     client: httpx.AsyncClient,
@@ -242,10 +280,28 @@ async def test_every_statement_of_the_service_is_routable_by_company(
     )
     assert company_tables == COMPANY_TABLES  # the migrated schema is the models'
 
+    failures = routing_failures(LOG.sightings, company_tables)
+    touched = {
+        table
+        for statement in LOG.sightings
+        for table in company_tables
+        if re.search(rf"\b{table}\b", statement)
+    }
+    assert not failures, (
+        f"{len(failures)} statement(s) of {len(LOG.sightings)} cannot be routed by company_id"
+        " (scope them, or add an exemption with its reason):\n\n" + "\n\n".join(failures)
+    )
+    # the capture saw the service: the tour alone reaches every company-owned table
+    assert touched == company_tables, sorted(company_tables - touched)
+
+
+def routing_failures(
+    sightings: Mapping[str, Sighting], company_tables: frozenset[str] = COMPANY_TABLES
+) -> list[str]:
+    """One report per statement and company-owned table it does not pin (and per statement
+    the parser refuses), unless an exemption covers it."""
     failures: list[str] = []
-    touched: set[str] = set()
-    for statement, sighting in LOG.sightings.items():
-        touched |= {table for table in company_tables if re.search(rf"\b{table}\b", statement)}
+    for statement, sighting in sightings.items():
         try:
             findings = unrouted(statement, company_tables)
         except Exception as error:
@@ -256,12 +312,86 @@ async def test_every_statement_of_the_service_is_routable_by_company(
             for finding in findings
             if _exemption_of(statement, finding) is None
         ]
-    assert not failures, (
-        f"{len(failures)} statement(s) of {len(LOG.sightings)} cannot be routed by company_id"
-        " (scope them, or add an exemption with its reason):\n\n" + "\n\n".join(failures)
-    )
-    # the capture saw the service: the tour alone reaches every company-owned table
-    assert touched == company_tables, sorted(company_tables - touched)
+    return failures
+
+
+def session_state_failures(sightings: Mapping[str, Sighting]) -> list[str]:
+    """One report per statement that leaves state on its session (`session_state`), and per
+    statement the parser refuses. `DriverPool` skips asyncpg's session reset on the rule that
+    the hot path leaves none; the log does not say which pool sent a statement, so this holds
+    every statement of the service to it (the engine's pool only rolls a connection back too).
+    """
+    failures: list[str] = []
+    for statement, sighting in sightings.items():
+        if statement in RESTORED_BY_THE_DRIVER:
+            continue
+        try:
+            found = session_state(statement)
+        except Exception as error:
+            failures.append(_report(statement, sighting, f"not parsed: {error}"))
+            continue
+        failures += [_report(statement, sighting, f"leaves {what}") for what in found]
+    return failures
+
+
+def test_the_session_check_catches_a_recorded_set_search_path() -> None:
+    log = StatementLog()
+    log.current_test = "tests/turns/test_x.py::test_y"
+    log.record("SELECT id FROM jobs WHERE company_id = $1")
+    log.record("SET  search_path TO other, public")
+    [failure] = session_state_failures(log.sightings)
+    assert "leaves a setting (SET/RESET): search_path" in failure
+    assert "first sent in tests/turns/test_x.py::test_y" in failure
+    assert "SET search_path TO other, public" in failure
+
+
+async def test_no_statement_sent_through_the_driver_pool_leaves_session_state(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    """The driver pool's statements while both hot routes serve their variants (memory on, a
+    job queued, history loaded, a keyed turn and its replay), seen by a query logger on the
+    pool itself; then every statement of the service this process recorded."""
+    sent = StatementLog()
+    sent.current_test = "the requests below"
+    driver = database_of(app).driver
+
+    def record(query: Any) -> None:
+        sent.record(str(query.query))
+
+    driver.add_query_logger(record)
+    try:
+        await _hot_path(client, auth)
+    finally:
+        driver.remove_query_logger(record)
+    assert "BEGIN;" in sent.sightings, sorted(sent.sightings)  # the keyed turn's transaction
+    assert len(sent.sightings) >= 5, sorted(sent.sightings)
+    failures = session_state_failures(sent.sightings)
+    assert not failures, "sent through the driver pool:\n\n" + "\n\n".join(failures)
+    failures = session_state_failures(LOG.sightings)
+    assert not failures, "sent by the service:\n\n" + "\n\n".join(failures)
+
+
+async def _hot_path(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    await enable_company(client, auth)
+    chat = new_chat()
+    await context(client, auth, chat, [user("Where do I work?")])
+    await save_turn(client, auth, chat, [user("I work in Basel.")], "Noted.")
+    keyed = auth() | {"Idempotency-Key": "session-state-1"}
+    for _ in range(2):  # the second is a replay
+        response = await client.post(
+            f"/v1/chats/{chat}/turns",
+            json=turn_body([user("I like tea.")], "Noted."),
+            headers=keyed,
+        )
+        assert response.status_code in (201, 202), response.text
+    await context(client, auth, chat, [user("What do I like?")], debug=True)
+
+
+# What the controller runs over every worker's statements under pytest-xdist (module docstring)
+RUN_WIDE_CHECKS: tuple[Callable[[Mapping[str, Sighting]], list[str]], ...] = (
+    routing_failures,
+    session_state_failures,
+)
 
 
 def _exemption_of(statement: str, finding: Finding) -> Exemption | None:

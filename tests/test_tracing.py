@@ -510,16 +510,19 @@ def test_a_log_line_names_the_span_in_progress_when_sampled() -> None:
     assert line["span_id"] == format(context.span_id, "016x")
 
 
+# a fixed span id (W3C's example), not PARENT_ID: the ids of the tests below must be the same
+# in every process that collects them (pytest-xdist's workers compare their collections)
+HOSTILE_PARENT_ID = "00f067aa0ba902b7"
 HOSTILE_TRACEPARENTS = [
     "",
     "garbage",
-    "00-" + "0" * 32 + "-" + PARENT_ID + "-01",  # an all-zero trace id is invalid
+    "00-" + "0" * 32 + "-" + HOSTILE_PARENT_ID + "-01",  # an all-zero trace id is invalid
     "00-" + "f" * 32 + "-" + "0" * 16 + "-01",  # so is an all-zero span id
-    "ff-" + "a" * 32 + "-" + PARENT_ID + "-01",  # version ff is forbidden
-    "00-" + "A" * 32 + "-" + PARENT_ID + "-01",  # upper-case hex is not W3C's
-    "00-" + "a" * 32 + "-" + PARENT_ID + "-01'; DROP TABLE jobs; --",
-    "00-" + "a" * 4096 + "-" + PARENT_ID + "-01",
-    "00-" + "a" * 32 + "-" + PARENT_ID + "-01\u00e9",
+    "ff-" + "a" * 32 + "-" + HOSTILE_PARENT_ID + "-01",  # version ff is forbidden
+    "00-" + "A" * 32 + "-" + HOSTILE_PARENT_ID + "-01",  # upper-case hex is not W3C's
+    "00-" + "a" * 32 + "-" + HOSTILE_PARENT_ID + "-01'; DROP TABLE jobs; --",
+    "00-" + "a" * 4096 + "-" + HOSTILE_PARENT_ID + "-01",
+    "00-" + "a" * 32 + "-" + HOSTILE_PARENT_ID + "-01\u00e9",
 ]
 
 

@@ -18,6 +18,7 @@ from playwright.async_api import Page, expect
 from app.profiles.document import Section, sanitize_bullet
 from tests.browser.harness import BrowserPage
 from tests.helpers.apps import TokenFactory
+from tests.helpers.polling import wait_until
 from tests.helpers.profiles import bullets, memory_md
 from tests.helpers.settings import memory_policy_body
 
@@ -47,6 +48,16 @@ async def create_profile(api: httpx.AsyncClient, token: str, content: str) -> in
 
 async def current(api: httpx.AsyncClient, token: str) -> httpx.Response:
     return await api.get(ME, headers=bearer(token))
+
+
+async def until_refused(api: httpx.AsyncClient, token: str) -> None:
+    """Until the service refuses `token`, past its `exp` (by the clock, and by the whole second
+    its verifier compares in): what the page meets on its next call."""
+
+    async def refused() -> bool:
+        return (await current(api, token)).status_code == 401
+
+    await wait_until(refused, 30, what="the token refused once expired", every=0.25)
 
 
 async def open_with_token(page: Page, base_url: str, token: str) -> None:
@@ -452,12 +463,12 @@ async def test_an_expired_token_asks_for_a_new_one_and_keeps_the_text_being_edit
     page = web.page
     expires = int(time.time()) + 4
     await create_profile(api, make_token("late"), memory_md(FIRST, user_id="late"))
-    await open_with_token(page, base_url, make_token("late", exp=expires))
+    expiring = make_token("late", exp=expires)
+    await open_with_token(page, base_url, expiring)
     editor = page.locator("#editor")
     mine = with_added_line(await editor.input_value(), Section.RECENT, "Written slowly")
     await editor.fill(mine)
-    # past `exp` by more than the whole second the verifier compares in
-    await asyncio.sleep(max(0.0, expires - time.time()) + 1.5)
+    await until_refused(api, expiring)
 
     await page.get_by_role("button", name="Save", exact=True).click()
     alert = page.get_by_role("alert")
@@ -484,10 +495,11 @@ async def test_unsaved_text_never_follows_a_token_of_someone_else(
     await create_profile(api, make_token("ana"), memory_md(FIRST, user_id="ana"))
     other = memory_md({Section.IDENTITY: ["Name is Ben"]}, user_id="ben")
     await create_profile(api, make_token("ben"), other)
-    await open_with_token(page, base_url, make_token("ana", exp=expires))
+    expiring = make_token("ana", exp=expires)
+    await open_with_token(page, base_url, expiring)
     editor = page.locator("#editor")
     await editor.fill(with_added_line(await editor.input_value(), Section.RECENT, "Ana's draft"))
-    await asyncio.sleep(max(0.0, expires - time.time()) + 1.5)
+    await until_refused(api, expiring)
     await page.get_by_role("button", name="Save", exact=True).click()
     await expect(page.locator("#token")).to_be_focused()
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 
 import httpx
-import pytest
 from fastapi import FastAPI
 
 from app.jobs.queue import ClaimedJob
@@ -25,6 +23,7 @@ from tests.helpers.db import rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, delay, reply
 from tests.helpers.memory import head_content, versions
+from tests.helpers.polling import wait_until
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
@@ -56,13 +55,7 @@ def _model_worker_env(tmp_path: Path, database_url: str, llm_stub: StubLLMServer
 
 async def _claim_when_free(worker: Worker, seconds: float = 30) -> ClaimedJob:
     """Run one job with `worker` as soon as one is claimable (a lease ran out)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        claimed = await worker.run_once()
-        if claimed is not None:
-            return claimed
-        await asyncio.sleep(0.1)
-    pytest.fail(f"nothing became claimable in {seconds} s")
+    return await wait_until(worker.run_once, seconds, what="a claimable job", every=0.1)
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:

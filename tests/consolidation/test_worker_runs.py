@@ -26,6 +26,7 @@ from tests.helpers.db import rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, delay, reply
 from tests.helpers.memory import head_content, versions
+from tests.helpers.polling import wait_until
 from tests.helpers.profiles import bullets
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import queue_turn
@@ -96,8 +97,13 @@ async def test_a_running_worker_holds_no_more_tasks_after_jobs_than_before(
     worker = make_worker(app, handler, metrics, concurrency=2)
     running = asyncio.create_task(worker.run())
     try:
-        await asyncio.sleep(0.1)  # both slots polling an empty queue
-        idle = len(asyncio.all_tasks())
+
+        def slots() -> int:
+            return sum(t.get_name().startswith("worker-slot-") for t in asyncio.all_tasks())
+
+        await wait_until(lambda: slots() == 2, what="the worker's two slots")
+        # a slot waits out its poll interval in a task of its own: one each, now or later
+        idle = len(asyncio.all_tasks()) + 2
         for number, skill in enumerate(SKILLS[:12]):
             await queue_turn(client, auth, f"I know {skill}", user=f"user-{number}")
 
@@ -284,13 +290,8 @@ async def test_a_worker_killed_mid_call_loses_nothing_and_the_profile_advances_o
     ) as chat_model:
         handler, metrics, _ = make_handler(app, chat_model)
         worker = make_worker(app, handler, metrics)
-        claimed = None
-        deadline = time.monotonic() + 30
-        while claimed is None and time.monotonic() < deadline:  # until the lease (5 s) expires
-            claimed = await worker.run_once()
-            if claimed is None:
-                await asyncio.sleep(0.2)
-    assert claimed is not None
+        # claimable once the lease (5 s) of the killed process has run out
+        claimed = await wait_until(worker.run_once, 30, what="the killed worker's lease to end")
     assert claimed.jobs[0].id == job_id
     job = await job_row(app, job_id)
     assert (job.status, job.outcome, job.attempts, job.version) == ("succeeded", "updated", 2, 1)

@@ -17,8 +17,9 @@ from app.kit.auth import Principal
 from app.profiles import service as profiles
 from app.profiles.switch import lock_user_memory
 from tests.helpers.apps import AuthFactory
-from tests.helpers.db import admin_execute, scalar, sessions
+from tests.helpers.db import admin_execute, backend_pid, scalar, sessions, sessions_blocked_by
 from tests.helpers.memory import memory_counts, seed_memory
+from tests.helpers.polling import wait_until
 from tests.helpers.settings import enable_company, patch_user_settings
 
 NOTHING_LEFT = {
@@ -158,7 +159,7 @@ async def test_the_deletion_is_one_transaction_with_the_setting(
 
 
 async def test_a_writer_holding_the_user_lock_cannot_outlive_an_opt_out(
-    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
+    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI, database_url: str
 ) -> None:
     """A consolidation that checked the setting before the opt-out finishes first; the opt-out
     waits for it and then deletes what it wrote, so no memory survives the opt-out."""
@@ -168,8 +169,13 @@ async def test_a_writer_holding_the_user_lock_cannot_outlive_an_opt_out(
     async with sessions(app)() as writer, writer.begin():
         await lock_user_memory(writer, "acme", "alice")
         assert (await load_enablement(writer, "acme", "space-1", "alice")).enabled
+        writer_pid = await backend_pid(writer)
         opt_out = asyncio.create_task(patch_user_settings(client, auth, {"context_memory": False}))
-        await asyncio.sleep(0.3)  # the opt-out is now waiting for the lock
+
+        async def opt_out_waits_for_the_lock() -> bool:
+            return opt_out.done() or await sessions_blocked_by(database_url, writer_pid) > 0
+
+        await wait_until(opt_out_waits_for_the_lock, 10, what="the opt-out waiting for the lock")
         assert not opt_out.done()
         folder_id, _ = await folders.ensure_user_folder(writer, alice)
         await profiles.ensure_memory_file(writer, "acme", "alice", folder_id)

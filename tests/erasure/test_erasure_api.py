@@ -20,8 +20,16 @@ from app.kit.auth import Principal
 from app.profiles import service as profiles
 from app.profiles.switch import lock_user_memory
 from tests.helpers.apps import OPERATOR, SPACE, SPACE_ADMIN, AuthFactory
-from tests.helpers.db import admin_execute, rows, scalar, sessions
+from tests.helpers.db import (
+    admin_execute,
+    backend_pid,
+    rows,
+    scalar,
+    sessions,
+    sessions_blocked_by,
+)
 from tests.helpers.memory import memory_counts, put_memory, seed_memory
+from tests.helpers.polling import wait_until
 from tests.helpers.settings import enable_company, patch_space, patch_user_settings
 from tests.helpers.turns import assistant, turn_body, user
 
@@ -323,15 +331,20 @@ async def test_the_erasure_is_one_transaction(
 
 
 async def test_a_writer_holding_the_user_lock_cannot_outlive_an_erasure(
-    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI
+    client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI, database_url: str
 ) -> None:
     """A memory write that took the user's lock before the erasure commits first; the erasure
     waits for it and then deletes what it wrote."""
     alice = Principal("alice", "acme", frozenset())
     async with sessions(app)() as writer, writer.begin():
         await lock_user_memory(writer, "acme", "alice")
+        writer_pid = await backend_pid(writer)
         erasure = asyncio.create_task(client.delete("/v1/me", headers=auth("alice", "acme")))
-        await asyncio.sleep(0.3)  # the erasure is now waiting for the lock
+
+        async def erasure_waits_for_the_lock() -> bool:
+            return erasure.done() or await sessions_blocked_by(database_url, writer_pid) > 0
+
+        await wait_until(erasure_waits_for_the_lock, 10, what="the erasure waiting for the lock")
         assert not erasure.done()
         folder_id, _ = await folders.ensure_user_folder(writer, alice)
         await profiles.ensure_memory_file(writer, "acme", "alice", folder_id)

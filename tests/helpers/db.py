@@ -54,13 +54,32 @@ async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[str]:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def admin_fetchval(url: str, query: str) -> Any:
+async def admin_fetchval(url: str, query: str, *args: Any) -> Any:
     """The first value of a query, read on its own connection (what another client sees)."""
     conn = await asyncpg.connect(**_asyncpg_dsn(url))
     try:
-        return await conn.fetchval(query)
+        return await conn.fetchval(query, *args)
     finally:
         await conn.close()
+
+
+async def backend_pid(session: AsyncSession) -> int:
+    """The server process of the connection under `session` (what pg_stat_activity calls it)."""
+    pid: int = (await session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+    return pid
+
+
+async def sessions_blocked_by(url: str, pid: int) -> int:
+    """How many sessions of this database wait for a lock that backend `pid` holds: a test
+    polls it to know that the statement it started is now queued behind its lock. Sessions of
+    other databases (another test worker's) are not counted."""
+    blocked: int = await admin_fetchval(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND $1::int = ANY(pg_blocking_pids(pid))",
+        pid,
+    )
+    return blocked
 
 
 def database_of(app: FastAPI) -> Database:

@@ -28,6 +28,7 @@ import pytest
 from app.kit.auth import Principal, issue_token
 from app.kit.config import PROJECT_ROOT
 from app.kit.errors import PROBLEM_CONTENT_TYPE
+from tests.helpers import polling
 from tests.helpers.apps import COMPANY, SPACE, TEST_JWT_SECRET, make_settings
 from tests.helpers.replicated_pg import free_port
 from tests.helpers.settings import enable_company
@@ -115,14 +116,15 @@ async def serving(database_url: str, workdir: Path) -> AsyncIterator[Service]:
 
 
 async def _wait_until_ready(service: Service) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    async def ready() -> bool:
         assert service.process.returncode is None, f"serve exited:\n{service.log_tail()}"
         with contextlib.suppress(httpx.TransportError):
-            if (await service.http.get("/readyz")).status_code == 200:
-                return
-        await asyncio.sleep(0.1)
-    pytest.fail(f"serve did not get ready:\n{service.log_tail()}")
+            return (await service.http.get("/readyz")).status_code == 200
+        return False
+
+    await polling.wait_until(
+        ready, START_TIMEOUT_SECONDS, what=lambda: f"serve ready:\n{service.log_tail()}", every=0.1
+    )
 
 
 async def enabled_users(service: Service) -> tuple[str, ...]:
@@ -192,14 +194,15 @@ class TurnLoad:
 
     async def acked(self, count: int, seconds: float) -> None:
         """Wait until `count` turns in all were acknowledged."""
-        deadline = time.monotonic() + seconds
-        while len(self.acks) < count:
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"{len(self.acks)} of {count} turns acknowledged in {seconds} s; "
-                    f"the service logged:\n{self.service.log_tail()}"
-                )
-            await asyncio.sleep(0.05)
+        await polling.wait_until(
+            lambda: len(self.acks) >= count,
+            seconds,
+            what=lambda: (
+                f"{count} turns acknowledged ({len(self.acks)} were); "
+                f"the service logged:\n{self.service.log_tail()}"
+            ),
+            every=0.05,
+        )
 
     def unavailable_since(self, instant: float) -> int:
         return sum(a.status == 503 for a in self.answers if a.started >= instant)
@@ -299,12 +302,8 @@ class ReadinessProbe:
 
 
 async def wait_until(condition: Callable[[], bool], what: str, seconds: float) -> float:
-    """Poll `condition()` until it holds; when it did."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not within {seconds} s")
-        await asyncio.sleep(0.02)
+    """Poll `condition()` until it holds (`tests/helpers/polling.py`); when it did."""
+    await polling.wait_until(condition, seconds, what=what)
     return time.monotonic()
 
 

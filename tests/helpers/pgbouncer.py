@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import URL, make_url
+
+from tests.helpers.polling import wait_until_sync
 
 START_TIMEOUT_SECONDS = 15.0
 # Debian installs it in /usr/sbin, which is not on an ordinary user's PATH
@@ -128,14 +129,19 @@ def _as_unprivileged_user(target: URL) -> list[str]:
 
 
 def _wait_until_listening(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if process.poll() is not None:
             pytest.fail(f"pgbouncer exited at start:\n{log_path.read_text(errors='replace')}")
         with suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.05)
-    pytest.fail(f"pgbouncer did not listen in time:\n{log_path.read_text(errors='replace')}")
+            return True
+        return False
+
+    wait_until_sync(
+        listening,
+        START_TIMEOUT_SECONDS,
+        what=lambda: f"pgbouncer listening:\n{log_path.read_text(errors='replace')}",
+        every=0.05,
+    )
 
 
 def _version(binary: str) -> str:

@@ -22,14 +22,21 @@ later, off the caller's stack, so what they see all counts: the driver connectio
 service's code only, and tests reach the engine's raw connections through SQLAlchemy, whose
 prepared statements asyncpg does not log (an `executemany` of a test would count). Services
 started as subprocesses (`python -m app serve`) are not seen.
+
+Under pytest-xdist each worker records the statements of the tests it runs. When it ends it
+hands them to the controller (xdist's `workeroutput`), which merges every worker's; when the
+routing module ran on any of them, the controller runs that module's `RUN_WIDE_CHECKS` over the
+merged statements after the last test, and reports a failure as a failed test of the module
+(`RUN_WIDE_TEST`), so the run fails. `--statement-log FILE` then writes the merged statements.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -43,6 +50,9 @@ from app.kit.config import PROJECT_ROOT
 from app.kit.db import DriverPool
 
 ROUTING_TEST = "tests/test_statement_routing.py"
+ROUTING_MODULE = "tests.test_statement_routing"
+RUN_WIDE_TEST = "statements of every worker"
+WORKER_OUTPUT_KEY = "statement_log"
 SERVICE_APPLICATION_NAME = "context-memory"
 _SERVICE_CODE = str(PROJECT_ROOT / "app") + "/"
 _OTHER_PROJECT_CODE = tuple(
@@ -155,10 +165,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     event.remove(Pool, "connect", _log_raw_statements)
     event.remove(Engine, "before_cursor_execute", _record_engine_statement)
     target = config.getoption("--statement-log")
-    if target:
+    if target and not hasattr(config, "workerinput"):  # under xdist the controller writes it
+        sightings = merge(_RUN.worker_logs) if _RUN.worker_logs else LOG.sightings
         entries = [
             {"statement": text, "count": seen.count, "first_test": seen.first_test}
-            for text, seen in LOG.sightings.items()
+            for text, seen in sightings.items()
         ]
         Path(target).write_text(json.dumps(entries, indent=1) + "\n")
 
@@ -171,4 +182,115 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     LOG.current_test = item.nodeid
+    _RUN.ran_routing_module |= item.nodeid.startswith(ROUTING_TEST)
     return (yield)
+
+
+# --- under pytest-xdist: each worker's statements, checked together by the controller ----------
+
+
+@dataclass
+class WorkerLog:
+    """What one worker hands the controller: its statements as (text, count, first test)."""
+
+    worker: str
+    ran_routing_module: bool
+    statements: list[tuple[str, int, str]]
+
+
+@dataclass
+class _Run:
+    ran_routing_module: bool = False  # in this process (a worker, or a run without xdist)
+    worker_logs: list[WorkerLog] = field(default_factory=list)  # the controller's
+    checked: str = ""  # the controller's summary of its check
+
+
+_RUN = _Run()
+
+
+def merge(logs: list[WorkerLog]) -> dict[str, Sighting]:
+    """The workers' statements as one log: counts added up, the first test named with its
+    worker (`tests/x.py::test_y [gw1]`), statements in the order the workers are given."""
+    merged: dict[str, Sighting] = {}
+    for log in logs:
+        for text, count, first_test in log.statements:
+            seen = merged.get(text)
+            if seen is None:
+                merged[text] = Sighting(count, f"{first_test} [{log.worker}]")
+            else:
+                seen.count += count
+    return merged
+
+
+def run_wide_failures(sightings: Mapping[str, Sighting]) -> list[str]:
+    """What the routing module's `RUN_WIDE_CHECKS` find wrong with `sightings`."""
+    module = importlib.import_module(ROUTING_MODULE)
+    checks: tuple[Callable[[Mapping[str, Sighting]], list[str]], ...] = module.RUN_WIDE_CHECKS
+    return [failure for check in checks for failure in check(sightings)]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker's statements go to the controller with the rest of its `workeroutput`."""
+    output: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output[WORKER_OUTPUT_KEY] = {
+            "ran_routing_module": _RUN.ran_routing_module,
+            "statements": [
+                [text, seen.count, seen.first_test] for text, seen in LOG.sightings.items()
+            ],
+        }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """The controller keeps each finished worker's statements (a crashed worker has none to
+    hand over; xdist fails the run for the crash)."""
+    output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if output is not None:
+        statements = [
+            (str(text), int(count), str(first)) for text, count, first in output["statements"]
+        ]
+        _RUN.worker_logs.append(
+            WorkerLog(str(node.gateway.id), bool(output["ran_routing_module"]), statements)
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
+    """On the controller, once every worker is done: the run-wide check, reported as one more
+    test of the routing module when it fails (which fails the run)."""
+    result = yield
+    logs = _RUN.worker_logs
+    if logs and any(log.ran_routing_module for log in logs):
+        sightings = merge(logs)
+        try:
+            failures = run_wide_failures(sightings)
+        except Exception as error:
+            failures = [f"the run-wide check could not run: {error!r}"]
+        workers = ", ".join(sorted(log.worker for log in logs))
+        _RUN.checked = f"{len(sightings)} distinct statement(s) of workers {workers}"
+        if failures:
+            _report_run_wide_failure(session, failures, len(sightings))
+    return result
+
+
+def _report_run_wide_failure(session: pytest.Session, failures: list[str], total: int) -> None:
+    report = pytest.TestReport(
+        nodeid=f"{ROUTING_TEST}::{RUN_WIDE_TEST}",
+        location=(ROUTING_TEST, None, RUN_WIDE_TEST),
+        keywords={},
+        outcome="failed",
+        longrepr=(
+            f"{len(failures)} finding(s) over the {total} distinct statement(s) of every worker"
+            " (scope them, or add an exemption with its reason):\n\n" + "\n\n".join(failures)
+        ),
+        when="call",
+    )
+    session.config.hook.pytest_runtest_logreport(report=report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _RUN.checked:
+        terminalreporter.write_line(
+            f"statement routing, checked over the whole run: {_RUN.checked}"
+        )

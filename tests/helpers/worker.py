@@ -8,12 +8,9 @@ import asyncio
 import json
 import os
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi import FastAPI
 
 from app.consolidation.kinds import COALESCING, KINDS
@@ -25,6 +22,7 @@ from app.kit.observability import Metrics
 from tests.helpers.apps import TEST_JWT_SECRET, make_settings
 from tests.helpers.db import database_of
 from tests.helpers.jobs import job_row
+from tests.helpers.polling import wait_until
 
 
 def make_handler(
@@ -71,14 +69,8 @@ async def run_one(app: FastAPI, chat_model: ChatModel, **settings: Any) -> tuple
     return await job_row(app, claimed.jobs[0].id), metrics
 
 
-async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
-    """Poll an async predicate until it holds."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if await condition():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail("condition not met in time")
+# `tests/helpers/polling.py`'s helper, by the name the worker's tests know it
+wait_for = wait_until
 
 
 def worker_process_env(tmp_path: Path, **extra: str) -> dict[str, str]:

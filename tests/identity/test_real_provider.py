@@ -30,6 +30,7 @@ from tests.helpers.identity_provider import (
     public_client,
 )
 from tests.helpers.metrics import sample
+from tests.helpers.polling import wait_until
 
 ZITADEL_ROLES = "urn:zitadel:iam:org:project:roles"
 PLATFORM_COMPANY = "acme"
@@ -234,9 +235,11 @@ async def test_a_live_key_rotation_under_load_refuses_no_valid_token(
     async with service(database_url, company_entry(company_idp)) as (_, http):
         fetches_before = await company_idp.jwks_requests()
         async with asyncio.TaskGroup() as callers:
-            for login in ["dana", "olga"] * 3:
+            logins = ["dana", "olga"] * 3
+            for login in logins:
                 callers.create_task(caller(http, login))
-            await asyncio.sleep(0.5)
+            # under way: as many answers as callers, all with the old key, before the rotation
+            await wait_until(lambda: len(outcomes) >= len(logins), what="the callers' answers")
             rotation = await company_idp.rotate(alg, pause=0.5)
             rotated.set()
         fetches = await company_idp.jwks_requests() - fetches_before

@@ -4,7 +4,6 @@ ends the response."""
 
 from __future__ import annotations
 
-import asyncio
 import tracemalloc
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ from app.main import create_app
 from app.portability.export import open_snapshot
 from tests.helpers.apps import AuthFactory, make_settings
 from tests.helpers.db import database_of, rows, sessions
+from tests.helpers.polling import wait_until
 from tests.helpers.portability import export_of, operator, records
 from tests.helpers.serving import served
 from tests.helpers.settings import set_flag
@@ -143,8 +143,5 @@ async def test_a_client_gone_half_way_gives_the_snapshot_back(
     ):
         async for _ in response.aiter_raw():
             break  # the first chunk, then away
-    for _ in range(100):
-        if pool.checkedout() == 0:  # type: ignore[attr-defined]
-            break
-        await asyncio.sleep(0.05)
-    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    checked_out = pool.checkedout  # type: ignore[attr-defined]
+    await wait_until(lambda: checked_out() == 0, 5, what="the export's connection back in the pool")

@@ -73,14 +73,16 @@ async def test_concurrent_editors_with_if_match_lose_nothing(
     headers = auth("alice")
     assert (await create(client, headers, memory_md({Section.WORK: [SEED]}))).status_code == 201
     retries = 0
+    first_reads = asyncio.Barrier(WRITERS)
 
     async def editor(n: int) -> None:
         nonlocal retries
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
             read = await client.get(ME, headers=headers)
             assert read.status_code == 200
             edited = with_bullet(parse(read.json()["content"]), f"edit {n}")
-            await asyncio.sleep(0.005)  # think time: lets the other editors move the head
+            if attempt == 0:  # every editor holds the seed's head: all but one write collides
+                await first_reads.wait()
             response = await client.put(
                 ME,
                 json={"content": render_body(edited)},
@@ -108,13 +110,14 @@ async def test_control_without_compare_and_set_the_checker_sees_lost_updates(
     created = await create(client, auth("alice"), memory_md({Section.WORK: [SEED]}))
     assert created.status_code == 201
     maker = sessions(app)
+    all_read = asyncio.Barrier(WRITERS)
 
     async def blind_editor(n: int) -> None:
         async with maker() as session, session.begin():
             head = await repository.read_head(session, "acme", "alice")
         assert head is not None
         edited = with_bullet(parse(head.content), f"edit {n}")
-        await asyncio.sleep(0.02)  # everyone has read the same head by now
+        await all_read.wait()  # everyone has read the same head
         for _ in range(MAX_ATTEMPTS):
             try:
                 async with maker() as session, session.begin():

@@ -4,7 +4,6 @@ the lock freed however the stream ends; and memory that does not grow with the h
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import tracemalloc
@@ -28,6 +27,7 @@ from bench.export_memory import COMPANY, plain_dsn, seed_histories
 from tests.helpers.apps import AuthFactory, client_with, make_settings
 from tests.helpers.db import admin_fetchval, database_of, rows, sessions
 from tests.helpers.memory import ME, create, replace
+from tests.helpers.polling import wait_until
 from tests.helpers.profiles import memory_md
 from tests.helpers.serving import served
 
@@ -251,11 +251,11 @@ async def _export_lock_holders(database_url: str) -> int:
 async def _settled(app: FastAPI, database_url: str) -> None:
     """Wait (at most 5 s) until no export holds a lock or a pooled connection."""
     pool = database_of(app).engine.pool
-    for _ in range(100):
-        if pool.checkedout() == 0 and await _export_lock_holders(database_url) == 0:  # type: ignore[attr-defined]
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail("an export still holds its lock or its connection")
+
+    async def settled() -> bool:
+        return pool.checkedout() == 0 and await _export_lock_holders(database_url) == 0  # type: ignore[attr-defined]
+
+    await wait_until(settled, 5, what="no export holding its lock or its connection")
 
 
 def _small_window_client(base_url: str) -> httpx.AsyncClient:

@@ -195,8 +195,8 @@ async def test_a_turn_whose_job_is_claimed_during_its_write_gets_a_job_of_its_ow
             async def write_waits_for_the_claim() -> bool:
                 waiting: int = await scalar(
                     app,
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%UPDATE jobs cj%'",
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%UPDATE jobs cj%'",
                 )
                 return waiting == 1
 

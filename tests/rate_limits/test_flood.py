@@ -25,6 +25,7 @@ from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import OPERATOR, TokenFactory
 from tests.helpers.db import admin_fetchval, scratch_database
+from tests.helpers.polling import wait_until
 from tests.test_serve_workers import serve_env, serving, wait_until_answering
 
 FLOOD_TURNS = 2_000
@@ -33,6 +34,7 @@ USER_LIMIT = 120  # per minute: the default RATE_LIMIT_TURNS_USER
 SAMPLES = 150
 SAMPLE_GAP_SECONDS = 0.02  # the samples span ~3 s of the flood's ~15
 VICTIM_TURNS = 4
+MALLORYS_TURNS = "SELECT count(*) FROM turns WHERE company_id = 'acme' AND user_id = 'mallory'"
 
 
 async def context_p50(client: httpx.AsyncClient, headers: dict[str, str]) -> float:
@@ -61,14 +63,17 @@ async def consolidation_seconds(client: httpx.AsyncClient, headers: dict[str, st
         assert response.status_code == 202, response.text
         jobs.append(response.json()["consolidation"]["job_id"])
     pending = set(jobs)
-    while pending:
+
+    async def all_succeeded() -> bool:
         for job_id in list(pending):
             response = await client.get(f"/v1/jobs/{job_id}", headers=headers)
             assert response.status_code == 200, response.text
             assert response.json()["status"] != "dead", response.text
             if response.json()["status"] == "succeeded":
                 pending.discard(job_id)
-        await asyncio.sleep(0.02)
+        return not pending
+
+    await wait_until(all_succeeded, 120, what="the consolidation of every turn saved")
     return time.perf_counter() - started
 
 
@@ -142,7 +147,13 @@ async def flood_and_measure(base: str, make_token: TokenFactory, database_url: s
             cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE,
         )
-        await asyncio.sleep(0.3)  # the flood is under way
+
+        async def flood_under_way() -> bool:
+            assert flooder.returncode is None, "the flood ended before it was measured"
+            saved = await admin_fetchval(database_url, MALLORYS_TURNS)
+            return bool(saved > 0)
+
+        await wait_until(flood_under_way, 30, what="the flood's first turns saved")
         loaded_context = await context_p50(client, victim)
         loaded_consolidation = await consolidation_seconds(client, victim)
         output, _ = await flooder.communicate()
@@ -161,9 +172,7 @@ async def flood_and_measure(base: str, make_token: TokenFactory, database_url: s
     # every acknowledged turn is stored, once; nothing refused is
     acknowledged = set(flood["acknowledged"])
     assert len(acknowledged) == statuses.count(202)
-    stored = await admin_fetchval(
-        database_url, "SELECT count(*) FROM turns WHERE company_id = 'acme' AND user_id = 'mallory'"
-    )
+    stored = await admin_fetchval(database_url, MALLORYS_TURNS)
     assert stored == len(acknowledged)
     ids = "', '".join(acknowledged)
     matching = await admin_fetchval(
