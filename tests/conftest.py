@@ -49,9 +49,12 @@ pytest_plugins = ("tests.helpers.statement_log",)
 # collected (`make test` passes --no-loadscope-reorder): these, the longest, go first (longest
 # first), so that no worker is left with one of them while the other has nothing to do. Any
 # other file keeps its place after them. Measured on the 2-core machine with both workers busy:
-# the API fuzzed by schemathesis ~5 min, each of the others 15 to 65 s.
+# the API fuzzed by schemathesis ~5 min (one file per principal, so ~100 s each), each of the
+# others 15 to 65 s.
 LONGEST_FILES = (
-    "tests/test_openapi_contract.py",
+    "tests/openapi_fuzz/test_fuzz_as_user.py",
+    "tests/openapi_fuzz/test_fuzz_as_space_admin.py",
+    "tests/openapi_fuzz/test_fuzz_as_operator.py",
     "tests/test_serve_slow_clients.py",
     "tests/test_eval_policy.py",
     "tests/test_serve_workers.py",
