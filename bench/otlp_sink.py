@@ -20,6 +20,10 @@ class OtlpSink:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
+            # keep-alive, as a collector answers: HTTP/1.0 would close the connection after
+            # each export and charge the service a new TCP connection per batch
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 sink.received_bytes += len(self.rfile.read(length))
