@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -101,6 +102,9 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
             runtime.mkdir()
             PostgresServer.runtime_path = runtime
             PostgresServer._lock = fasteners.InterProcessLock(runtime / ".lockfile")
+            # and has none of root's log files open: the suite's own embedded server logs to
+            # var/, which `nobody` may not write (a handler closed meanwhile reopens on emit)
+            logging.getLogger("pgserver").handlers.clear()
             from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
             server = EmbeddedPostgres(data_dir)
