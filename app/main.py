@@ -94,6 +94,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         meter.start()
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
+        await rate_limits_service.refresh_or_keep(database.engine, app.state.rate_limiter)
         overrides = asyncio.create_task(
             rate_limits_service.keep_overrides_fresh(
                 database.engine, app.state.rate_limiter, settings.rate_limit_refresh_seconds

@@ -112,15 +112,21 @@ async def refresh_overrides(engine: AsyncEngine, limiter: RateLimiter) -> None:
         limiter.replace_overrides(await repository.select_all_overrides(conn))
 
 
+async def refresh_or_keep(engine: AsyncEngine, limiter: RateLimiter) -> None:
+    """One refresh; a failed read (the database away) keeps the last copy."""
+    try:
+        await refresh_overrides(engine, limiter)
+    except Exception as exc:
+        logger.warning("rate-limit overrides not refreshed: %s", type(exc).__name__)
+
+
 async def keep_overrides_fresh(engine: AsyncEngine, limiter: RateLimiter, interval: float) -> None:
-    """Refresh the overrides every `interval` seconds until cancelled; a failed read (the
-    database away) keeps the last copy and is tried again at the next interval."""
+    """Refresh the overrides every `interval` seconds until cancelled. The process read them
+    once before serving (`refresh_or_keep` at start-up), so it never serves its first requests
+    on the defaults while the first read is still under way."""
     while True:
-        try:
-            await refresh_overrides(engine, limiter)
-        except Exception as exc:
-            logger.warning("rate-limit overrides not refreshed: %s", type(exc).__name__)
         await asyncio.sleep(interval)
+        await refresh_or_keep(engine, limiter)
 
 
 def last_saved(view: RateLimitsView) -> tuple[datetime | None, str | None, str | None]:
