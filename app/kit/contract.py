@@ -109,10 +109,10 @@ _HEADERS: Final[Mapping[int, OpenAPI]] = {
     401: {"WWW-Authenticate": {"required": True, "schema": {"type": "string", "enum": ["Bearer"]}}},
     409: {
         "Retry-After": {
+            **_RETRY_AFTER["Retry-After"],
             "required": False,
             "description": "Seconds to wait before sending the request again: on every "
             "`conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full",
-            "schema": {"type": "string", "pattern": "^[0-9]+$"},
         }
     },
     429: _RETRY_AFTER,

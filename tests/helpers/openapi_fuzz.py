@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,11 +19,9 @@ import schemathesis
 from fastapi import FastAPI
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
-from schemathesis.python import asgi
 
-from app.main import create_app
 from app.portability.format import MEDIA_TYPE
-from tests.helpers.apps import COMPANY, SPACE, AuthFactory, make_settings
+from tests.helpers.apps import SPACE, AuthFactory
 from tests.helpers.settings import enable_company, patch_space
 
 MAX_EXAMPLES = 4
@@ -172,26 +168,6 @@ def _describe(case: Any, response: Any) -> str:
     return f"{request}\n  -> {response.status_code} {response.content[:300]!r}"
 
 
-async def served_app(database_url: str, tmp_path: Path) -> AsyncIterator[FastAPI]:
-    """An app of its own with the worker on (so `wait=true` finishes): schemathesis serves it,
-    lifespan included, from its own event loop thread. The fuzzer soon meets the rate limits:
-    a refused request is answered at once (the 429 is what is checked, not the pause that
-    slows a retrying client, tests/rate_limits), and the worker looks for jobs every 50 ms
-    rather than every second, so that `wait=true` does not wait for its poll. Both waits were
-    most of the run's time: ~100 s of wall time per principal for ~30 s of CPU."""
-    settings = make_settings(
-        database_url,
-        worker_enabled=True,
-        worker_heartbeat_file=tmp_path / "heartbeat",
-        worker_poll_seconds=0.05,
-        rate_limit_refusal_delay_seconds=0,
-    )
-    try:
-        yield create_app(settings)
-    finally:
-        asgi.shutdown_lifespans()
-
-
 async def fuzz_as(client: httpx.AsyncClient, auth: AuthFactory, token: str, app: FastAPI) -> None:
     """One run of every phase as the bearer of `token`: no failure, no error, every phase ran."""
     # where the interesting paths are: memory on for the company, its space explicitly enabled
@@ -204,6 +180,3 @@ async def fuzz_as(client: httpx.AsyncClient, auth: AuthFactory, token: str, app:
     assert all(report.cases_by_phase.get(phase) for phase in ("coverage", "fuzzing", "stateful")), (
         report.cases_by_phase
     )
-
-
-__all__ = ["COMPANY", "fuzz_as", "served_app"]
