@@ -43,6 +43,7 @@ from app.kit.auth import Principal, issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.kit.db import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.observability import configure_logging
 from app.kit.tokens import TokenCounters
 from app.main import create_app
 from app.profiles import service as profiles
@@ -218,6 +219,9 @@ async def run(server_url: str, requests: int, *, profile: bool) -> None:
             **never_reached,  # type: ignore[arg-type]
         )
         app = create_app(settings)
+        # after the app (the MCP server's setup gives the root logger a console handler at
+        # INFO): a log line per request would be most of what is measured
+        configure_logging("WARNING")
         token = issue_token(settings, Principal(USER, COMPANY, frozenset()))
         headers = {"Authorization": f"Bearer {token}"}
         reference = load_reference_app(reference_dsn)

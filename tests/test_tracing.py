@@ -19,6 +19,7 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
+from opentelemetry.instrumentation.asyncpg import _hydrate_span_from_args
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from opentelemetry.sdk.trace import ReadableSpan
@@ -29,10 +30,10 @@ from app.consolidation.kinds import KINDS
 from app.consolidation.runner import worker_config
 from app.jobs.worker import Worker
 from app.kit.observability import JsonFormatter
-from app.kit.tracing import Tracing
+from app.kit.tracing import Tracing, redacted
 from app.main import create_app
 from tests.helpers.apps import USER, AuthFactory, TokenFactory, client_of, make_settings
-from tests.helpers.db import database_of, rows
+from tests.helpers.db import _asyncpg_dsn, database_of, rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, reply
 from tests.helpers.memory import put_memory
@@ -385,6 +386,41 @@ async def test_the_driver_is_unwrapped_once_a_traced_app_stopped(database_url: s
     assert not _wrapped(asyncpg.connection.Connection.fetchrow)
 
 
+async def test_a_statement_span_is_the_instrumentations_own_name_and_attributes(
+    server_url: str,
+) -> None:
+    """The statements of a sampled trace get the span name and attributes asyncpg's
+    instrumentation gives them (worked out once per statement, then remembered), and a
+    failing statement's span says it failed."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing.exporting_to(exporter)
+    tracing.start()
+    statements = ["SELECT 1", "/* why */ WITH x AS (SELECT 2 AS n) SELECT n FROM x", "  select 3"]
+    try:
+        conn = await asyncpg.connect(**_asyncpg_dsn(server_url))
+        try:
+            with tracing.tracer.start_as_current_span("request"):
+                for _ in range(2):  # the second time from what was remembered
+                    for statement in statements:
+                        await conn.fetchval(statement)
+                with pytest.raises(asyncpg.DivisionByZeroError):
+                    await conn.fetchval("SELECT 1 / 0")
+            expected = {
+                statement: _hydrate_span_from_args(conn, statement, None)
+                for statement in statements
+            }
+        finally:
+            await conn.close()
+    finally:
+        tracing.stop()
+    spans = [span for span in exporter.get_finished_spans() if span.name != "request"]
+    assert [span.name for span in spans] == ["SELECT", "WITH", "select"] * 2 + ["SELECT"]
+    for span, statement in zip(spans, statements * 2, strict=False):
+        assert dict(span.attributes or {}) == expected[statement]
+        assert span.status.status_code is StatusCode.UNSET
+    assert spans[-1].status.status_code is StatusCode.ERROR
+
+
 def test_openapi_problem_field_trace_id_is_optional() -> None:
     spec = create_app(make_settings("postgresql+asyncpg://unused/unused")).openapi()
     problem = spec["components"]["schemas"]["Problem"]
@@ -425,6 +461,57 @@ def test_a_span_leaves_the_process_with_its_allowed_attributes_only() -> None:
     assert dict(event.attributes or {}) == {"exception.type": "ValueError"}
     assert exported.status.status_code is StatusCode.ERROR
     assert exported.status.description is None
+
+
+def _leaks_alone(channel: str) -> Callable[[Any], None]:
+    """One way a span may carry a canary, the only one on an otherwise clean span."""
+
+    def leak(span: Any) -> None:
+        if channel == "attribute":
+            span.set_attribute("gen_ai.input.messages", MESSAGE_CANARY)
+        elif channel == "event":
+            span.record_exception(ValueError(MESSAGE_CANARY))
+        elif channel == "status":
+            span.set_status(StatusCode.ERROR, MESSAGE_CANARY)
+        elif channel == "link":
+            span.add_link(span.get_span_context(), {"note": MESSAGE_CANARY})
+
+    return leak
+
+
+@pytest.mark.parametrize("channel", ["attribute", "event", "status", "link"])
+def test_each_way_a_span_may_carry_text_is_redacted_on_its_own(channel: str) -> None:
+    """The redaction leaves a clean span as it is (no copy): one dirty channel alone must
+    still get it copied and cleaned."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing.exporting_to(exporter)
+    tracing.start()
+    try:
+        with tracing.tracer.start_as_current_span(
+            "SELECT", attributes={"db.statement": "SELECT 1", "context_memory.jobs": 1}
+        ) as span:
+            _leaks_alone(channel)(span)
+    finally:
+        tracing.stop()
+    (exported,) = exporter.get_finished_spans()
+    assert MESSAGE_CANARY not in repr(
+        (
+            dict(exported.attributes or {}),
+            [dict(e.attributes or {}) for e in exported.events],
+            [dict(link.attributes or {}) for link in exported.links],
+            exported.status.description,
+        )
+    )
+    assert dict(exported.attributes or {}) == {"db.statement": "SELECT 1", "context_memory.jobs": 1}
+
+
+def test_a_clean_span_leaves_as_it_ended() -> None:
+    clean = ReadableSpan(
+        "SELECT", attributes={"db.statement": "SELECT 1", "db.system": "postgresql"}
+    )
+    assert redacted(clean) is clean  # nothing to take away: not copied
+    dirty = ReadableSpan("SELECT", attributes={"db.statement": "SELECT 1", "user.note": "x"})
+    assert dict(redacted(dirty).attributes or {}) == {"db.statement": "SELECT 1"}
 
 
 async def test_a_coalesced_turn_adds_its_trace_and_the_run_links_to_both_turns(

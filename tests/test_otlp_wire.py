@@ -1,0 +1,183 @@
+"""The OTLP wire encoder writes, byte for byte, what the SDK's OTLP encoder writes, whatever the
+spans hold; its caches stay bounded; and the exporter built on it is what the service exports
+with, posting payloads a collector decodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
+
+from app.kit import otlp_wire
+from app.kit.otlp_wire import OtlpHttpSpanExporter, TraceRequestEncoder, reference_encoding
+from app.kit.tracing import exporters_from_environment
+from tests.helpers.otlp_receiver import OtlpReceiver
+
+
+class _Kept(SpanExporter):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+@pytest.fixture
+def kept() -> Iterator[tuple[TracerProvider, _Kept]]:
+    exporter = _Kept()
+    provider = TracerProvider(resource=Resource.create({"service.name": "wire-test"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+scalars = st.one_of(
+    st.text(max_size=40),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.booleans(),
+    st.floats(allow_nan=False),
+)
+attribute_values = st.one_of(
+    scalars,
+    st.lists(st.text(max_size=8), max_size=3),
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=3),
+)
+attributes = st.dictionaries(st.text(min_size=1, max_size=12), attribute_values, max_size=6)
+remote_parents = st.builds(
+    lambda trace_id, span_id, remote: SpanContext(
+        trace_id,
+        span_id,
+        is_remote=remote,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "value")]) if remote else None,
+    ),
+    st.integers(min_value=1, max_value=2**128 - 1),
+    st.integers(min_value=1, max_value=2**64 - 1),
+    st.booleans(),
+)
+span_specs = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": st.text(max_size=20),
+            "kind": st.sampled_from(list(SpanKind)),
+            "attributes": attributes,
+            "events": st.lists(st.tuples(st.text(max_size=10), attributes), max_size=2),
+            "links": st.lists(st.tuples(remote_parents, attributes), max_size=2),
+            "status": st.sampled_from(
+                [Status(StatusCode.UNSET), Status(StatusCode.OK), Status(StatusCode.ERROR, "no")]
+            ),
+            "parent": st.one_of(st.none(), remote_parents),
+            "scope": st.sampled_from([("a", None, None), ("b", "1.0", "https://schema/1")]),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _record(provider: TracerProvider, specs: list[dict[str, Any]]) -> None:
+    for spec in specs:
+        name, version, schema_url = spec["scope"]
+        tracer = provider.get_tracer(name, version, schema_url=schema_url)
+        parent = spec["parent"]
+        context = set_span_in_context(NonRecordingSpan(parent)) if parent is not None else None
+        links = [
+            Link(link_context, link_attributes) for link_context, link_attributes in spec["links"]
+        ]
+        with tracer.start_as_current_span(
+            spec["name"],
+            context=context,
+            kind=spec["kind"],
+            attributes=spec["attributes"],
+            links=links,
+        ) as span:
+            for event_name, event_attributes in spec["events"]:
+                span.add_event(event_name, event_attributes)
+            span.set_status(spec["status"])
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(specs=span_specs)
+def test_the_bytes_are_the_sdk_encoders_bytes(
+    kept: tuple[TracerProvider, _Kept], specs: list[dict[str, Any]]
+) -> None:
+    provider, exporter = kept
+    exporter.spans.clear()
+    _record(provider, specs)
+    encoder = TraceRequestEncoder()
+    expected = reference_encoding(exporter.spans)
+    assert encoder.encode(exporter.spans) == expected
+    assert encoder.encode(exporter.spans) == expected  # again, from what it remembered
+
+
+def test_what_it_remembers_stays_bounded(
+    kept: tuple[TracerProvider, _Kept], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(otlp_wire, "_CACHE_LIMIT", 50)
+    provider, exporter = kept
+    tracer = provider.get_tracer("flood")
+    encoder = TraceRequestEncoder()
+    for n in range(40):  # a path per chat: 400 distinct attribute values
+        for m in range(10):
+            with tracer.start_as_current_span("POST", attributes={"url.path": f"/chats/{n}-{m}"}):
+                pass
+        assert encoder.encode(exporter.spans) == reference_encoding(exporter.spans)
+        assert len(encoder._attributes) <= 50
+        exporter.spans.clear()
+
+
+def test_a_true_attribute_is_not_the_integer_one(kept: tuple[TracerProvider, _Kept]) -> None:
+    """True == 1 in Python, with the same hash: what is remembered is kept apart by type."""
+    provider, exporter = kept
+    tracer = provider.get_tracer("types")
+    for value in (1, True, 1.0, 0, False, 0.0):
+        with tracer.start_as_current_span("s", attributes={"k": value}):
+            pass
+    encoder = TraceRequestEncoder()
+    for span in exporter.spans:
+        assert encoder.encode([span]) == reference_encoding([span])
+
+
+def test_the_service_exports_with_it_and_a_collector_decodes_the_spans(
+    kept: tuple[TracerProvider, _Kept],
+) -> None:
+    provider, exporter = kept
+    tracer = provider.get_tracer("post")
+    with tracer.start_as_current_span("POST /turns", kind=SpanKind.SERVER) as server:
+        with tracer.start_as_current_span(
+            "INSERT", kind=SpanKind.CLIENT, attributes={"db.system": "postgresql"}
+        ):
+            pass
+        server.set_attribute("http.response.status_code", 202)
+    with OtlpReceiver() as receiver:
+        environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+        (otlp,) = exporters_from_environment(environ)
+        assert isinstance(otlp, OtlpHttpSpanExporter)
+        assert otlp.export(exporter.spans) is SpanExportResult.SUCCESS
+        received = receiver.spans()
+    assert [(span.name, span.kind) for _, span in received] == [("INSERT", 3), ("POST /turns", 2)]
+    client, server_span = (span for _, span in received)
+    assert client.parent_span_id == server_span.span_id
+    assert {kv.key: kv.value.int_value for kv in server_span.attributes} == {
+        "http.response.status_code": 202
+    }
