@@ -39,7 +39,7 @@ from app.kit.limits import (
 )
 from app.kit.observability import Metrics, RequestContextMiddleware
 from app.kit.tokens import TokenCounters
-from app.kit.tracing import Tracing
+from app.kit.tracing import TracedApp, Tracing
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
 from app.portability import router as portability_router
@@ -158,7 +158,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     exporter: nothing global is set either way)."""
     settings = settings or get_settings()
     tracing = tracing or Tracing.from_environment()
-    app = FastAPI(
+    app = TracedApp(
         title="Context Memory Service",
         version="0.1.0",
         description=API_DESCRIPTION,
@@ -170,6 +170,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         # the server span of each request when tracing is on; a constant check when off
         telemetry=tracing.fastapi_telemetry(),
     )
+    app.door = tracing.door()
     metrics = Metrics()
     app.state.settings = settings
     app.state.tracing = tracing

@@ -54,3 +54,17 @@ class OtlpSink:
     @classmethod
     def started(cls) -> OtlpSink | None:
         return cls._started
+
+
+if __name__ == "__main__":  # a sink of its own process: its CPU is not the measured one's
+    import sys
+    import time
+
+    sink = OtlpSink.endpoint()
+    print(sink.url, flush=True)
+    try:
+        while sys.stdin.read(1):  # until the parent closes the pipe
+            pass
+    finally:
+        print(f"{sink.posts} {sink.received_bytes}", flush=True)
+        time.sleep(0)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from contextvars import ContextVar
 from typing import Any, ClassVar, Final
 
+from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -43,6 +44,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes
+from starlette.types import Receive, Scope, Send
 
 SERVICE: Final = "context-memory"
 NO_TRACER: Final[Tracer] = trace.NoOpTracer()
@@ -396,8 +398,12 @@ class Tracing:
             "logs": False,
             "operation_spans": False,
             "auto_configure": False,
-            "exclude": _door(self.provider.sampler) if self.provider is not None else None,
+            "exclude": None,  # `TracedApp` asks the door before FastAPI's telemetry runs
         }
+
+    def door(self) -> Callable[[MutableMapping[str, Any]], bool] | None:
+        """When on: whether a request is left untraced (see `TracedApp`)."""
+        return None if self.provider is None else _door(self.provider.sampler)
 
     def start(self) -> None:
         """In each process, before it serves: the exporters, and asyncpg's statements."""
@@ -442,10 +448,26 @@ def _provider(environ: Mapping[str, str]) -> TracerProvider:
 # FastAPI's telemetry builds a request's server span, its attributes, the propagated context and
 # wrapped send/receive callables even when the sampler then drops the span: about 130 µs of a
 # turn-save's CPU, and asyncpg's instrumentation as much again for the statements of a request
-# nobody will see. So the sampler is asked first, at the door (FastAPI's `exclude` hook, before
-# any of that work), with the request's propagated parent and a trace id drawn here; a request
+# nobody will see. So the sampler is asked first, at the door (`TracedApp`, before any of that
+# work, and before FastAPI so much as walks its middleware stack to look for another
+# instrumentation), with the request's propagated parent and a trace id drawn here; a request
 # it drops is not instrumented at all, and one it keeps gets a server span with that same trace
 # id (`_DoorIds`), so the SDK's own sampling of that span decides as the door did.
+
+
+class TracedApp(FastAPI):
+    """FastAPI, with the door in front of its telemetry: a request the door leaves untraced
+    reaches the app marked as one FastAPI's telemetry must not observe (its own mark, the one
+    its `exclude` hook sets), so FastAPI skips its telemetry as it does with tracing off."""
+
+    door: Callable[[MutableMapping[str, Any]], bool] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        door = self.door
+        if door is not None and scope["type"] == "http" and door(scope):
+            scope["fastapi.telemetry"] = None
+        await super().__call__(scope, receive, send)
+
 
 _DOOR_TRACE_ID: ContextVar[int | None] = ContextVar("door_trace_id", default=None)
 
@@ -470,8 +492,7 @@ def _traceparent_carrier(scope: MutableMapping[str, Any]) -> dict[str, str]:
 
 
 def _door(sampler: Sampler) -> Callable[[MutableMapping[str, Any]], bool]:
-    """FastAPI's `exclude` hook: True (not instrumented) for the untraced paths and for a
-    request the sampler drops."""
+    """True (not instrumented) for the untraced paths and for a request the sampler drops."""
 
     def excluded(scope: MutableMapping[str, Any]) -> bool:
         if scope.get("path") in UNTRACED_PATHS:
@@ -514,16 +535,19 @@ class _SampledStatements(AsyncPGInstrumentor):
             return await super()._do_execute(func, instance, args, kwargs)  # type: ignore[no-untyped-call]
         name, attributes = self._statement(instance, args[0])
         assert self._tracer is not None  # instrumented
-        with self._tracer.start_as_current_span(
-            name, kind=SpanKind.CLIENT, attributes=attributes
-        ) as span:
-            try:
-                return await func(*args, **kwargs)
-            except Exception as error:
-                span.set_status(Status(StatusCode.ERROR))
-                if _report_new(self._semconv_opt_in_mode):
-                    span.set_attribute("error.type", type(error).__qualname__)
-                raise
+        # a statement's span has no children: started without becoming the current span
+        # (no context to attach and detach), ended as the instrumentation's would be
+        span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
+        try:
+            return await func(*args, **kwargs)
+        except BaseException as error:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            if _report_new(self._semconv_opt_in_mode):
+                span.set_attribute("error.type", type(error).__qualname__)
+            raise
+        finally:
+            span.end()
 
     def _statement(self, connection: Any, query: str) -> tuple[str, dict[str, Any]]:
         params = getattr(connection, "_params", None)
