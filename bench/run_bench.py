@@ -33,6 +33,7 @@ pool of DB_POOL_SIZE, like the reference's 20), `pool10-pre-ping` (10 + 10 overf
 the defaults before commit c2deb0e), `workers2` (API_WORKERS=2: two processes, as
 `python -m app serve --workers 2`; its server CPU counts both), `workers4` (four, with hot-path
 pools of 10), `tracing-off` (nothing configured, as `ours`: the noise floor beside it),
+`tracing-0pct` (tracing on, nothing sampled: what every request pays for it being on),
 `tracing-10pct` (traces sampled at 10 %, exported over OTLP/HTTP to a local sink that counts and
 discards them, bench/otlp_sink.py).
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
@@ -399,6 +400,14 @@ VARIANTS: dict[str, dict[str, str]] = {
     "job-quota-unreached": {"QUOTA_USER_QUEUED_JOBS": "10000"},
     # tracing off: nothing configured, as "ours" (a second instance: the noise floor beside it)
     "tracing-off": {},
+    # tracing on with nothing sampled: what every request pays for tracing being on (the
+    # sampler's decision at the door, asyncpg's wrapped methods), without any span
+    "tracing-0pct": {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_SINK,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0",
+        "OTEL_SERVICE_NAME": "context-memory-bench",
+    },
     # tracing on, 10 % of the traces sampled, exported over OTLP/HTTP to a local sink that
     # accepts and discards the posts (bench/otlp_sink.py)
     "tracing-10pct": {

@@ -5,6 +5,10 @@ timed part needs it and runs only in `make bench`."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 
@@ -16,7 +20,7 @@ from pydantic import SecretStr
 from sqlalchemy import make_url
 
 from app.kit.auth import Principal, issue_token
-from app.kit.config import Settings
+from app.kit.config import PROJECT_ROOT, Settings
 from app.main import create_app
 from bench import explain
 from bench.run_bench import CONTEXT_QUESTION, JWT_SECRET, plain_dsn
@@ -83,3 +87,32 @@ async def test_the_seed_is_what_the_app_reads_and_the_plans_are_the_apps(
         )
     finally:
         await conn.close()
+
+
+def test_the_cost_of_tracing_harness_measures_and_exports(server_url: str) -> None:
+    """bench/tracing_cost.py at toy scale: all four settings answer, the table has both calls
+    with a ratio per setting, and the traced apps exported to the sink in its own process."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    environ["DATABASE_URL"] = server_url
+    script = str(PROJECT_ROOT / "bench" / "tracing_cost.py")
+    done = subprocess.run(
+        [sys.executable, script, "--block", "4", "--rounds", "2"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in done.stdout.splitlines()
+        if line.startswith("| POST")
+    }
+    assert set(rows) == {"POST /context", "POST /turns"}
+    for row in rows.values():
+        ratios = re.findall(r"\*\*(\d+\.\d\d)\*\*", row)
+        assert len(ratios) == 3  # 0 %, 10 % and always, each against off
+    exports = re.search(r"OTLP sink: (\d+) exports, ([\d,]+) bytes", done.stdout)
+    assert exports is not None, done.stdout
+    assert int(exports.group(1)) > 0
