@@ -135,3 +135,57 @@ def test_embedded_pg_as_an_ordinary_user() -> None:
         assert not postmaster_running(data_dir)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_start_creates_the_data_directory_before_pgserver_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """pgserver creates a missing data directory with `exist_ok=False` before it takes its
+    inter-process lock: two processes starting at once on a fresh directory (the test workers
+    of `make test`) raced there, and one failed with FileExistsError. The directory is ours to
+    create, idempotently, before pgserver looks."""
+    import pgserver  # noqa: PLC0415 - the module the embedded server imports on start
+
+    from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
+
+    seen: list[bool] = []
+
+    class Started:
+        def get_uri(self) -> str:
+            return "postgresql://postgres@/postgres"
+
+    def get_server(pgdata: Path, cleanup_mode: str | None = "stop") -> Started:
+        seen.append(Path(pgdata).is_dir())
+        return Started()
+
+    monkeypatch.setattr(pgserver, "get_server", get_server)
+    data_dir = tmp_path / "fresh" / "pg"
+    EmbeddedPostgres(data_dir).start()
+    assert seen == [True]
+    EmbeddedPostgres(data_dir).start()  # already there: no error either
+    assert seen == [True, True]
+
+
+@pytest.mark.slow
+def test_processes_starting_together_on_a_fresh_directory_all_start() -> None:
+    (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="emb-") as tmp:
+        data_dir = Path(tmp) / "pg"
+        command = [sys.executable, "-c", SCRIPT, str(data_dir)]
+        environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(PROJECT_ROOT)}
+        processes = [
+            subprocess.Popen(
+                command,
+                cwd=PROJECT_ROOT,
+                env=environ,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        results = [process.communicate(timeout=180) for process in processes]
+        for process, (out, err) in zip(processes, results, strict=True):
+            assert process.returncode == 0, err[-2000:]
+            assert out.split()[-1] == "stopped"
+        assert not postmaster_running(data_dir)

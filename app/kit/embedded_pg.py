@@ -58,7 +58,10 @@ class EmbeddedPostgres:
         """Start (or join) the server and return a `postgresql://` URL for its `postgres` db."""
         with _lock:
             if self._server is None:
-                self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+                # the data directory itself, not only its parent: pgserver creates a missing
+                # one with exist_ok=False before taking its inter-process lock, so processes
+                # starting together on a fresh directory (test workers) raced to create it
+                self.data_dir.mkdir(parents=True, exist_ok=True)
                 _route_chatter(self.chatter_log)
                 try:
                     self._server = self._start_server()
