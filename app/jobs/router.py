@@ -16,18 +16,12 @@ from app.kit.auth import Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep
 from app.kit.errors import NotFound
 from app.kit.pagination import Page, PageDep
+from app.kit.schemas import CompanyIdPath
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
 OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such job"}}
-CompanyIdPath = Annotated[
-    str,
-    Path(
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": "The development company", "value": "acme"}},
-    ),
-]
 
 
 async def _job_id(

@@ -242,3 +242,25 @@ async def test_a_plain_user_may_not_retry(
     dead = await kill(engine)
     response = await client.post(f"/v1/companies/acme/jobs/{dead}/retry", headers=auth("alice"))
     assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "route", ["GET /jobs", "POST /jobs/00000000-0000-4000-8000-000000000000/retry"]
+)
+async def test_an_overlong_company_id_is_a_422_naming_it_and_changes_nothing(
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    route: str,
+) -> None:
+    """The jobs routes take `company_id` with the limits of every operator route (1–128)."""
+    await enqueue(sessions, "alice", max_attempts=3, payload=SECRET_PAYLOAD)
+    dead = await kill(engine)
+    headers = auth("olga", "ops", OPERATOR)
+    method, suffix = route.split()
+    response = await client.request(method, f"/v1/companies/{'a' * 129}{suffix}", headers=headers)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "path.company_id"
+    listed = await client.get("/v1/companies/acme/jobs?status=dead", headers=headers)
+    assert [item["id"] for item in listed.json()["items"]] == [str(dead)]
