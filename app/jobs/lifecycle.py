@@ -67,12 +67,17 @@ async def complete_jobs(
     The rows stay locked until the caller commits, so a re-claim cannot slip in between.
     """
     clock = clock_of(now)
-    held = await executor.execute(select(JOBS.c.id).where(_held(claimed)).with_for_update())
-    if len(held.all()) != len(claimed.jobs):
-        return False
-    await executor.execute(
+    # ONE statement: lock the claim's rows still under its lease, and mark them only when all
+    # of them are (a row whose token changed is not locked, so the count falls short)
+    held = select(JOBS.c.id).where(_held(claimed)).with_for_update().cte("held")
+    all_held = select(func.count()).select_from(held).scalar_subquery() == len(claimed.jobs)
+    done = (
         update(JOBS)
-        .where(_held(claimed))
+        .where(
+            JOBS.c.company_id == claimed.company_id,  # routable by company, as every statement
+            JOBS.c.id.in_(select(held.c.id)),
+            all_held,
+        )
         .values(
             status="succeeded",
             outcome=outcome,
@@ -84,8 +89,11 @@ async def complete_jobs(
             finished_at=clock,
             updated_at=clock,
         )
+        .returning(JOBS.c.id)
+        .cte("done")
     )
-    return True
+    completed = await executor.scalar(select(func.count()).select_from(done))
+    return completed == len(claimed.jobs)
 
 
 def backoff_seconds(
