@@ -73,11 +73,10 @@ async def complete_jobs(
     all_held = select(func.count()).select_from(held).scalar_subquery() == len(claimed.jobs)
     done = (
         update(JOBS)
-        .where(
-            JOBS.c.company_id == claimed.company_id,  # routable by company, as every statement
-            JOBS.c.id.in_(select(held.c.id)),
-            all_held,
-        )
+        # by the claim's ids, as the rows were locked (not `IN (SELECT id FROM held)`, which
+        # the planner may answer by scanning all of the company's jobs); the rows it finds are
+        # the ones `held` locked, the count having been checked first
+        .where(_held(claimed), all_held)
         .values(
             status="succeeded",
             outcome=outcome,
