@@ -113,6 +113,25 @@ async def seed(app: Any, client: httpx.AsyncClient, headers: dict[str, str]) -> 
         assert response.status_code == 202, response.text
 
 
+def bench_settings(database_url: str) -> Settings:
+    """The app's settings for an in-process bench: one user sends every request, so rate limits
+    it never reaches, as in `make bench`, and no quota of waiting jobs (no worker drains them
+    here; one user would reach it at once)."""
+    never_reached = {
+        f"rate_limit_{route_class}_{scope}": "10000000/1"
+        for route_class in ("context", "turns", "consolidations", "exports", "memory_writes")
+        for scope in ("user", "company")
+    }
+    return Settings(
+        _env_file=None,
+        database_url=database_url,
+        worker_enabled=False,
+        llm_provider="rules",
+        quota_user_queued_jobs=0,
+        **never_reached,  # type: ignore[arg-type]
+    )
+
+
 class AsgiCaller:
     """Calls the ASGI app with a prepared scope: the cheapest way in, so the CPU per request is
     the app's own (plus one asyncio task)."""
@@ -203,21 +222,7 @@ async def run(server_url: str, requests: int, *, profile: bool) -> None:
     try:
         await seed_reference(reference_dsn, 100)
         await asyncio.to_thread(run_migrations, url)
-        # one user sends every request: rate limits it never reaches, as in `make bench`, and no
-        # quota of waiting jobs (no worker drains them here; one user would reach it at once)
-        never_reached = {
-            f"rate_limit_{route_class}_{scope}": "10000000/1"
-            for route_class in ("context", "turns", "consolidations", "exports", "memory_writes")
-            for scope in ("user", "company")
-        }
-        settings = Settings(
-            _env_file=None,
-            database_url=url,
-            worker_enabled=False,
-            llm_provider="rules",
-            quota_user_queued_jobs=0,
-            **never_reached,  # type: ignore[arg-type]
-        )
+        settings = bench_settings(url)
         app = create_app(settings)
         # after the app (the MCP server's setup gives the root logger a console handler at
         # INFO): a log line per request would be most of what is measured

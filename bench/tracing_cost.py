@@ -1,18 +1,19 @@
-"""The CPU a request costs with tracing off, sampled at 10 % and sampled always, measured in one
-process: one app per setting over the same database, called in alternating blocks, so that the
-machine's drift (this one is shared and noisy) falls on all three alike.
+"""The CPU a request costs with tracing off, on with nothing sampled, sampled at 10 % and sampled
+always, measured in one process: one app per setting over the same database, called in
+alternating blocks whose order rotates every round, so that the machine's drift (this one is
+shared and noisy) falls on every setting alike.
 
     .venv/bin/python bench/tracing_cost.py [--block 300] [--rounds 12]
 
 Uses DATABASE_URL when set, else the embedded PostgreSQL (var/pg). The apps export over
 OTLP/HTTP to `bench/otlp_sink.py` on 127.0.0.1, in a process of its own (it accepts and
 discards), so the exporting thread's work is in the figures and the sink's is not: CPU is the
-whole measuring process's (`time.process_time`). Each block is
-`--block` sequential requests handed straight to one app (ASGI, as `bench/hot_path_quick.py`
-does), then that app's spans flushed to the sink, so that no block pays for another's export;
-the figure per setting is the median over `--rounds` blocks, and its ratio to the
-median with tracing off. The throughput view of the same question is `make bench
-BENCH_ARGS="--variants tracing-off,tracing-10pct"`; see docs/benchmarks.md.
+whole measuring process's (`time.process_time`). Each block is `--block` sequential requests
+handed straight to one app (ASGI, as `bench/hot_path_quick.py` does), then that app's spans
+flushed to the sink, so that no block pays for another's export. Each setting's figure is the
+median over `--rounds` blocks; its ratio to tracing off is the median over the rounds of the
+ratio between the two blocks of the same round. The throughput view of the same question is
+`make bench BENCH_ARGS="--variants tracing-off,tracing-10pct"`; see docs/benchmarks.md.
 
 The apps share the process, so asyncpg is wrapped once the first traced app starts: the app
 with tracing off pays the wrapper's check (one context lookup per statement) here, which it
@@ -42,7 +43,7 @@ from sqlalchemy import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.kit.auth import Principal, issue_token
-from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
+from app.kit.config import PROJECT_ROOT, to_asyncpg_url
 from app.kit.db import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.observability import configure_logging
@@ -71,19 +72,7 @@ async def measure(server_url: str, sink_url: str, block: int, rounds: int) -> No
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     try:
         await asyncio.to_thread(run_migrations, url)
-        never_reached = {
-            f"rate_limit_{route_class}_{scope}": "10000000/1"
-            for route_class in ("context", "turns", "consolidations", "exports", "memory_writes")
-            for scope in ("user", "company")
-        }
-        settings = Settings(
-            _env_file=None,
-            database_url=url,
-            worker_enabled=False,
-            llm_provider="rules",
-            quota_user_queued_jobs=0,
-            **never_reached,  # type: ignore[arg-type]
-        )
+        settings = quick.bench_settings(url)
         apps = {
             label: create_app(settings, Tracing.from_environment(environ))
             for label, environ in settings_of(sink_url).items()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -26,9 +27,15 @@ from opentelemetry.trace import (
 )
 
 from app.kit import otlp_wire
-from app.kit.otlp_wire import OtlpHttpSpanExporter, TraceRequestEncoder, reference_encoding
+from app.kit.otlp_wire import OtlpHttpSpanExporter, TraceRequestEncoder
 from app.kit.tracing import exporters_from_environment
 from tests.helpers.otlp_receiver import OtlpReceiver
+
+
+def reference_encoding(spans: Sequence[ReadableSpan]) -> bytes:
+    """The SDK encoder's bytes for `spans`: what `TraceRequestEncoder` must equal."""
+    encoded: bytes = encode_spans(spans).SerializeToString()
+    return encoded
 
 
 class _Kept(SpanExporter):

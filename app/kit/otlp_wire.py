@@ -6,7 +6,7 @@ request pays for in throughput (a sampled turn-save has three spans). This encod
 same `ExportTraceServiceRequest` bytes field by field, in field-number order as protobuf itself
 does, and remembers what repeats from span to span: the resource and scope headers, and every
 attribute's encoded key and value (a statement's SQL, the route, the database's address). Its
-output is compared byte for byte with the SDK encoder's in `tests/kit/test_otlp_wire.py`.
+output is compared byte for byte with the SDK encoder's in `tests/test_otlp_wire.py`.
 
 Field numbers are those of opentelemetry-proto's `trace/v1/trace.proto`,
 `common/v1/common.proto`, `resource/v1/resource.proto` and
@@ -19,7 +19,6 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -270,9 +269,3 @@ class OtlpHttpSpanExporter(OTLPSpanExporter):
             return SpanExportResult.FAILURE
         result = self._client.export(self._encoder.encode(spans))
         return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
-
-
-def reference_encoding(spans: Sequence[ReadableSpan]) -> bytes:
-    """The SDK encoder's bytes for `spans`: what `TraceRequestEncoder` must equal."""
-    encoded: bytes = encode_spans(spans).SerializeToString()
-    return encoded

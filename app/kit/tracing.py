@@ -531,7 +531,7 @@ class _SampledStatements(AsyncPGInstrumentor):
     async def _do_execute(self, func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         if not trace.get_current_span().is_recording():
             return await func(*args, **kwargs)
-        if self.capture_parameters or not args or not isinstance(args[0], str):
+        if self.capture_parameters or not args or not isinstance(args[0], str) or not args[0]:
             return await super()._do_execute(func, instance, args, kwargs)  # type: ignore[no-untyped-call]
         name, attributes = self._statement(instance, args[0])
         assert self._tracer is not None  # instrumented
@@ -555,8 +555,8 @@ class _SampledStatements(AsyncPGInstrumentor):
         key = (query, getattr(params, "database", None), getattr(params, "user", None), address)
         known = self._remembered.get(key)
         if known is None:
-            stripped = self._leading_comment_remover.sub("", query).lstrip()
-            name = stripped.split(maxsplit=1)[0] if stripped else ""
+            words = self._leading_comment_remover.sub("", query).split(maxsplit=1)
+            name = words[0] if words else ""  # as the instrumentation names it
             attributes = _hydrate_span_from_args(
                 connection, query, None, semconv_opt_in_mode=self._semconv_opt_in_mode
             )
