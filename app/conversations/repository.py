@@ -93,16 +93,24 @@ async def lock_user_history(session: AsyncSession, company_id: str, user_id: str
 
 # --- the turn write, as fragments of the turn-save's one statement (composed in app/turns) ------
 
-TURN_LOCKS_CTE: Final = """
-WITH turn_locks AS MATERIALIZED (
+_TURN_LOCKS: Final = """turn_locks AS MATERIALIZED (
     SELECT pg_advisory_xact_lock_shared(hashtextextended(:user_lock_key, 0)) AS user_held,
-           pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS chat_held
+           pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS chat_held{source}
 )"""
+
+TURN_LOCKS_CTE: Final = "\nWITH " + _TURN_LOCKS.format(source="")
 """The first entry of a turn write's `WITH`: the user's history lock, shared (see
 `lock_user_history`), then the chat's lock, both held until the write commits. Turn writes of one
 chat are therefore serialised: message ids follow commit order within a chat, and each turn's
 messages are contiguous in id order, so a reader paging by id never sees half a turn nor one
 turn's messages interleaved with another's."""
+
+
+def turn_locks_after(gate: str) -> str:
+    """`TURN_LOCKS_CTE` as a later entry of a `WITH`: the same locks, taken only when the
+    earlier entry `gate` (a constant of the composing statement, never user input) has a row."""
+    return ",\n" + _TURN_LOCKS.format(source=f"\n    FROM {gate}")
+
 
 TURN_ROWS_CTE: Final = """, turn AS (
     INSERT INTO turns (company_id, id, user_id, chat_id, space_id, history_mode, language_model)

@@ -290,6 +290,20 @@ LEFT JOIN space_settings s ON s.company_id = :company_id AND s.space_id = :space
 LEFT JOIN user_settings u ON u.company_id = :company_id AND u.user_id = :user_id"""
 
 
+def memory_enabled_sql(alias: str) -> str:
+    """`effective_enablement(...).enabled` (`app.enablement.decision`) in SQL, over the
+    `ENABLEMENT_COLUMNS` of the row `alias` (a constant of the composing statement, never user
+    input): the company flag on; the space never saved, or its setting not off; web search off
+    for the space, or allowed alongside it by the second flag; the user's setting not off.
+    A test holds the two together over every combination of the inputs."""
+    a = alias
+    return f"""(coalesce({a}.flag_context_memory, false)
+        AND (NOT {a}.space_saved OR {a}.space_context_memory IS DISTINCT FROM false)
+        AND (NOT {a}.space_saved OR {a}.web_search IS NOT TRUE
+             OR coalesce({a}.flag_allow, false))
+        AND {a}.user_context_memory IS DISTINCT FROM false)"""
+
+
 def enablement_params(company_id: str, user_id: str, space_id: str) -> dict[str, object]:
     return {
         "company_id": company_id,

@@ -64,11 +64,17 @@ class NewJob:
             raise ValueError("max_attempts must be at least 1")
 
 
-def enqueue_job_cte(gate: str, *, traced: bool = False) -> str:
+_PAYLOAD: Final = "CAST(:job_payload AS jsonb)"
+
+
+def enqueue_job_cte(gate: str, *, traced: bool = False, payload_merge: str | None = None) -> str:
     """A `WITH` entry that queues `NewJob` exactly as `enqueue_job` does when the earlier entry
     named `gate` (a constant of the composing statement, never user input) has a row, for a
     statement that binds `:company_id` and `:user_id` itself; its other parameters come from
-    `enqueue_params`. `traced`: the job keeps its `trace_parent` (`:job_trace_parent`)."""
+    `enqueue_params`. `traced`: the job keeps its `trace_parent` (`:job_trace_parent`).
+    `payload_merge`: a jsonb object of the composing statement (a constant SQL expression,
+    never user input) whose keys replace the payload's, for a value the statement decides."""
+    payload = _PAYLOAD if payload_merge is None else f"{_PAYLOAD} || {payload_merge}"
     trace_column = ", trace_context" if traced else ""
     trace_value = ", ARRAY[CAST(:job_trace_parent AS text)]" if traced else ""
     return f""", job AS (
@@ -76,7 +82,7 @@ def enqueue_job_cte(gate: str, *, traced: bool = False) -> str:
         (company_id, id, user_id, kind, status, payload, attempts, max_attempts,
          created_at{trace_column})
     SELECT :company_id, CAST(:job_id AS uuid), :user_id, :job_kind, 'queued',
-           CAST(:job_payload AS jsonb), 0, :job_max_attempts, clock_timestamp(){trace_value}
+           {payload}, 0, :job_max_attempts, clock_timestamp(){trace_value}
     FROM {gate}
 )"""  # noqa: S608
 

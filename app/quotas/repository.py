@@ -26,6 +26,27 @@ MARK_COLUMNS: Final = f"""
 """Two primary-key lookups: what the last check counted where the caller was over a quota."""
 
 
+def under_marks_sql(alias: str) -> str:
+    """`stored_refusal(...) is None` (`app.quotas.rule`) in SQL, over the `MARK_COLUMNS` of the
+    row `alias` (a constant of the composing statement, never user input), with the limits in
+    force bound by `marks_params`: each mark unknown, or below its limit, or no limit."""
+    a = alias
+    history = "CAST(:quota_history_limit AS bigint)"
+    storage = "CAST(:quota_storage_limit AS bigint)"
+    return f"""({history} = 0 OR {a}.quota_history_messages IS NULL
+         OR {a}.quota_history_messages < {history})
+        AND ({storage} = 0 OR {a}.quota_storage_bytes IS NULL
+         OR {a}.quota_storage_bytes < {storage})"""
+
+
+def marks_params(user_history_messages: int, company_storage_bytes: int) -> dict[str, object]:
+    """The limits `under_marks_sql` compares the marks with (0: none)."""
+    return {
+        "quota_history_limit": user_history_messages,
+        "quota_storage_limit": company_storage_bytes,
+    }
+
+
 def stored_usage_of(row: Mapping[str, Any]) -> StoredUsage:
     """The `MARK_COLUMNS` of a row."""
     return StoredUsage(row["quota_history_messages"], row["quota_storage_bytes"])

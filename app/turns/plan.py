@@ -38,14 +38,19 @@ def skip_reason(inputs: EnablementInputs) -> str | None:
 
 def plan_turn(request: TurnRequest, space: SpaceRecord, skipped_reason: str | None) -> TurnPlan:
     """The plan of a turn whose consolidation is skipped for `skipped_reason` (None: queued)."""
+    model = None if skipped_reason is not None else consolidation_model(space, request)
+    return TurnPlan(saved_messages(request), model, skipped_reason)
+
+
+def saved_messages(request: TurnRequest) -> tuple[SavedMessage, ...]:
+    """The messages the turn's history mode stores, whatever its consolidation."""
     saved = messages_to_save(
         request.history_mode,
         placeholder_messages(request.placeholder_history),
         [m.to_message() for m in request.messages],
         request.response.to_message(),
     )
-    model = None if skipped_reason is not None else consolidation_model(space, request)
-    return TurnPlan(tuple(saved), model, skipped_reason)
+    return tuple(saved)
 
 
 def consolidation_model(space: SpaceRecord, request: TurnRequest) -> str:

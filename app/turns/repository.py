@@ -31,14 +31,17 @@ from app.conversations.repository import (
     StoredHistory,
     record_params,
     stored_history_of,
+    turn_locks_after,
     turn_params,
 )
+from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.enablement.repository import (
     ENABLEMENT_COLUMNS,
     ENABLEMENT_JOINS,
     EnablementInputs,
     enablement_inputs_of,
     enablement_params,
+    memory_enabled_sql,
 )
 from app.folders.acl import FolderNode, user_folder_path
 from app.folders.repository import (
@@ -68,7 +71,7 @@ from app.profiles.repository import (
     StoredProfile,
     stored_profile_of,
 )
-from app.quotas.repository import MARK_COLUMNS, stored_usage_of
+from app.quotas.repository import MARK_COLUMNS, marks_params, stored_usage_of, under_marks_sql
 from app.quotas.rule import QuotaLimits, StoredUsage, WaitingJobs
 
 # --- /context: ONE statement --------------------------------------------------------------------
@@ -203,13 +206,17 @@ async def select_turn_settings(
         params |= waiting_params(CONSOLIDATION, quota, max_turns)
         sql, names = _TURN_SETTINGS_WITH_WAITING
     row = await conn.fetchrow(sql, *[params[name] for name in names])
+    return _settings_of(row, with_record=True, with_waiting=waiting_under is not None)
+
+
+def _settings_of(row: asyncpg.Record, *, with_record: bool, with_waiting: bool) -> TurnSettingsRow:
     record = None
-    if row["request_hash"] is not None:
+    if with_record and row["request_hash"] is not None:
         record = IdempotencyRecord(
             row["request_hash"], row["response_status"], bytes(row["response_body"])
         )
     waiting = None
-    if waiting_under is not None:
+    if with_waiting:
         waiting = WaitingJobs(int(row["waiting_jobs"]), _uuid_or_none(row["coalesce_job_id"]))
     return TurnSettingsRow(
         enablement_inputs_of(row),
@@ -327,6 +334,129 @@ async def write_turn(
         # a live record appeared although we hold its lock: never save the turn twice
         raise RetryableConflict("This Idempotency-Key was used concurrently; retry the request.")
     return TurnWrite.WRITTEN
+
+
+# --- /turns without an Idempotency-Key: ONE statement in the common case ------------------------
+
+CONSOLIDATION_MODEL_SQL = """CASE
+        WHEN (NOT st.space_saved OR st.use_orchestrator_language_model)
+             AND CAST(:request_model AS text) <> ''
+        THEN CAST(:request_model AS text)
+        WHEN st.space_saved THEN st.language_model
+        ELSE CAST(:default_model AS text)
+    END"""
+"""`app.turns.plan.consolidation_model` in SQL over the settings row `st` (a test holds the two
+together): the orchestrator's model when the space says so and the turn names one, else the
+space's configured model (the default for a space never saved)."""
+
+
+def _common_turn_save(traced: bool) -> tuple[str, tuple[str, ...]]:
+    """The settings read of `select_turn_settings` (with the waiting jobs, without a record)
+    and the write of `write_turn` in one statement, the write gated in SQL by what the plan
+    would decide in the common cases: memory active with the folder there, no quota refusal
+    and room in the user's queue (a new job); or memory off for the turn (no job)."""
+    # constant fragments of their owners, never user input
+    return positional(f"""
+WITH settings AS MATERIALIZED (
+    SELECT {ENABLEMENT_COLUMNS},
+        EXISTS (SELECT 1 FROM folders fo
+                WHERE fo.company_id = :company_id AND fo.path = :folder_path)
+            AS user_folder_exists,
+        {MARK_COLUMNS}, {WAITING_JOBS_COLUMNS}
+    FROM (SELECT 1) AS one
+    {ENABLEMENT_JOINS}
+    {WAITING_JOBS_JOINS}
+), decided AS MATERIALIZED (
+    SELECT {memory_enabled_sql("st")} AS queue, {CONSOLIDATION_MODEL_SQL} AS model,
+           st.user_folder_exists, st.waiting_jobs
+    FROM settings st
+    WHERE {under_marks_sql("st")}
+), gate AS MATERIALIZED (
+    SELECT d.queue, d.model FROM decided d
+    WHERE CASE WHEN d.queue
+               THEN d.user_folder_exists
+                    AND (CAST(:waiting_quota AS int) = 0 OR d.waiting_jobs < :waiting_quota)
+               ELSE NOT CAST(:refuse_skipped AS boolean) END
+){turn_locks_after("gate")}
+, queue_locks AS MATERIALIZED (SELECT 1 FROM turn_locks, gate WHERE gate.queue)
+, held AS MATERIALIZED ({user_folder_key_share("queue_locks")}
+), planned AS MATERIALIZED (
+    SELECT 1 FROM turn_locks, gate WHERE NOT gate.queue
+    UNION ALL SELECT 1 FROM held
+){TURN_ROWS_CTE}{
+        enqueue_job_cte(
+            "held",
+            traced=traced,
+            payload_merge="jsonb_build_object('model', (SELECT model FROM gate))",
+        )
+    }
+SELECT st.*, (SELECT count(*) FROM gate) AS gated, (SELECT bool_or(queue) FROM gate) AS queued,
+       (SELECT count(*) FROM planned) AS planned, (SELECT count(*) FROM message) AS saved
+FROM settings st
+""")  # noqa: S608
+
+
+_COMMON_TURN_SAVE = {traced: _common_turn_save(traced) for traced in (False, True)}
+
+
+@dataclass(frozen=True)
+class CommonTurnSave:
+    """What `save_common_turn` read and did. `written`: the turn and its messages were stored,
+    with a new job when `queued`. Else `gated` says whether the statement tried (and found the
+    memory folder gone meanwhile: plan again), or left the turn to the general plan, which
+    starts from `settings` (read in the same statement)."""
+
+    settings: TurnSettingsRow
+    gated: bool
+    written: bool
+    queued: bool
+
+
+@dataclass(frozen=True)
+class CommonTurn:
+    """What `save_common_turn` writes: the turn, its messages, the job it queues when memory
+    is active (its payload's model is chosen in the statement), the model the turn names, and
+    whether a turn whose consolidation would be skipped must not be written."""
+
+    turn: NewTurn
+    messages: Sequence[NewMessage]
+    job: NewJob
+    request_model: str | None
+    refuse_skipped: bool
+
+
+async def save_common_turn(
+    conn: asyncpg.Connection, common: CommonTurn, *, limits: QuotaLimits
+) -> CommonTurnSave:
+    """A turn-save without an Idempotency-Key in ONE statement, when its plan is a common one:
+    the settings read of `select_turn_settings` (waiting jobs counted when `limits` has a
+    quota of them), then, gated in SQL on what it read, the write of `write_turn` with the same
+    locks: with the job (its payload's model chosen in SQL as `plan.consolidation_model` does)
+    when memory is active, the user's folder exists, no quota mark refuses the caller and the
+    user has room in the queue; without a job when memory is off for the turn (unless
+    `refuse_skipped`). Anything else (the first turn, which creates the folder; a
+    quota refusal; a full queue) writes nothing, and the caller plans with `settings`.
+    """
+    turn, job = common.turn, common.job
+    company_id, user_id = turn.company_id, turn.user_id
+    params = (
+        enablement_params(company_id, user_id, turn.space_id)
+        | turn_params(turn, common.messages)
+        | enqueue_params(job)
+        | marks_params(limits.user_history_messages, limits.company_storage_bytes)
+        | waiting_params(CONSOLIDATION, limits.user_queued_jobs, limits.job_max_turns)
+        | {
+            "folder_path": user_folder_path(user_id),
+            "request_model": common.request_model or "",
+            "default_model": DEFAULT_LANGUAGE_MODEL,
+            "refuse_skipped": common.refuse_skipped,
+        }
+    )
+    sql, names = _COMMON_TURN_SAVE[job.trace_parent is not None]
+    row = await conn.fetchrow(sql, *[params[name] for name in names])
+    settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
+    written = bool(row["planned"])
+    return CommonTurnSave(settings, bool(row["gated"]), written, written and bool(row["queued"]))
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"

@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 import asyncpg
 import orjson
 
-from app.consolidation.kinds import CONSOLIDATION
+from app.consolidation.kinds import CONSOLIDATION, consolidation_payload
 from app.conversations import repository as history
+from app.conversations.modes import SavedMessage
 from app.conversations.schemas import check_message_limits
 from app.folders.service import ensure_user_folder
 from app.jobs.enqueue import CoalescedItem, NewJob
@@ -55,7 +58,7 @@ from app.quotas.rule import (
     users_with_memory_skip_reason,
 )
 from app.turns import idempotency, repository
-from app.turns.plan import TurnPlan, plan_turn, skip_reason
+from app.turns.plan import plan_turn, saved_messages, skip_reason
 from app.turns.repository import TurnWrite
 from app.turns.schemas import TurnRequest
 
@@ -143,8 +146,18 @@ async def _save(
         )
     queue = Queue.COALESCE if services.limits.user_queued_jobs > 0 else Queue.ANYWAY
     erased = queue_plans = 0
+    read: repository.TurnSettingsRow | None = None
+    if key is None:
+        common = await _save_common(conn, services, submission)
+        if isinstance(common, TurnOutcome):
+            return common
+        if isinstance(common, repository.TurnSettingsRow):
+            read = common
+        else:  # the memory folder the statement queued a job for was deleted meanwhile
+            erased += 1
     while erased < MAX_PLANS:
-        outcome = await _plan_and_write(conn, services, submission, queue)
+        outcome = await _plan_and_write(conn, services, submission, queue, read)
+        read = None  # a plan that wrote nothing starts from a fresh read
         if isinstance(outcome, TurnOutcome):
             return outcome
         if outcome is TurnWrite.PLAN_AGAIN:
@@ -167,10 +180,51 @@ class Queue(Enum):
     ANYWAY = "a new job whatever the count (no quota, or the last plan)"
 
 
+async def _save_common(
+    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission
+) -> TurnOutcome | Literal[TurnWrite.PLAN_AGAIN] | repository.TurnSettingsRow:
+    """The turn saved in ONE statement when its plan is a common one (see
+    `repository.save_common_turn`): memory active for a user with a folder, under the quotas
+    and with room in the queue (202, a new job), or memory off for the turn (201). Else what
+    the general plan starts from: the settings read in the same statement; or `PLAN_AGAIN`
+    when the statement found the user's memory folder deleted meanwhile.
+
+    The SQL gate and the Python plan decide alike (a test holds `memory_enabled_sql` to
+    `effective_enablement` and the payload's model to `consolidation_model` over every
+    combination of their inputs); the answer is built from what the statement read.
+    """
+    principal, request = submission.principal, submission.request
+    settings = services.settings
+    turn, messages = _new_rows(submission, saved_messages(request))
+    job = NewJob(
+        CONSOLIDATION,
+        consolidation_payload(str(turn.id), request.space_id, None),
+        settings.job_max_attempts,
+        trace_parent=submission.trace_parent,
+    )
+    common = repository.CommonTurn(
+        turn, messages, job, request.language_model, submission.refuse_skipped
+    )
+    done = await repository.save_common_turn(conn, common, limits=services.limits)
+    if not done.written:
+        return TurnWrite.PLAN_AGAIN if done.gated else done.settings
+    skipped = None if done.queued else skip_reason(done.settings.settings)
+    if skipped is None and not done.queued:
+        raise RuntimeError(f"turn {turn.id} of {principal.user_id}: skipped without a reason")
+    job_id = job.id if done.queued else None
+    body = turn_saved_json(turn.id, len(messages), job_id=job_id, skipped_reason=skipped)
+    return TurnOutcome(QUEUED if done.queued else SKIPPED, body, replayed=False)
+
+
 async def _plan_and_write(
-    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission, queue: Queue
+    conn: asyncpg.Connection,
+    services: _Services,
+    submission: TurnSubmission,
+    queue: Queue,
+    read: repository.TurnSettingsRow | None = None,
 ) -> TurnOutcome | TurnWrite:
-    """Read the settings, plan the turn and write it; when nothing was written, why: the
+    """Read the settings (unless `read` holds them, read by this turn's one-statement attempt),
+    plan the turn and write it; when nothing was written, why: the
     memory the plan queued a job for was deleted meanwhile (`PLAN_AGAIN`), or the waiting job
     it coalesced the turn into was claimed or filled meanwhile (`JOB_TAKEN`).
 
@@ -186,9 +240,11 @@ async def _plan_and_write(
     settings, limits = services.settings, services.limits
     request_hash = None if key is None else idempotency.request_hash(submission.chat_id, request)
     waiting_under = limits if queue is Queue.COALESCE else None
-    row = await repository.select_turn_settings(
-        conn, principal, request.space_id, key, waiting_under=waiting_under
-    )
+    row = read
+    if row is None or (waiting_under is None) != (row.waiting is None):
+        row = await repository.select_turn_settings(
+            conn, principal, request.space_id, key, waiting_under=waiting_under
+        )
     if row.record is not None:
         if row.record.request_hash != request_hash:
             raise Unprocessable.field(
@@ -209,7 +265,7 @@ async def _plan_and_write(
         raise Conflict(f"Nothing was queued: {skipped}")
     plan = plan_turn(request, row.settings.space, skipped)
 
-    turn, messages = _new_rows(submission, plan)
+    turn, messages = _new_rows(submission, plan.messages)
     payload = plan.job_payload(turn.id, request.space_id)
     job, job_id = None, None
     if payload is not None:
@@ -256,7 +312,7 @@ def _consolidation_job(
 
 
 def _new_rows(
-    submission: TurnSubmission, plan: TurnPlan
+    submission: TurnSubmission, saved: Sequence[SavedMessage]
 ) -> tuple[history.NewTurn, list[history.NewMessage]]:
     """The turn row and its message rows (stored uncounted: a history load counts what its
     budget needs, see `select_history`)."""
@@ -270,9 +326,7 @@ def _new_rows(
         history_mode=request.history_mode.value,
         language_model=request.language_model,
     )
-    messages = [
-        history.NewMessage(s.message.role, s.message.content, s.source) for s in plan.messages
-    ]
+    messages = [history.NewMessage(s.message.role, s.message.content, s.source) for s in saved]
     return turn, messages
 
 

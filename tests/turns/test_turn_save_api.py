@@ -135,11 +135,11 @@ async def test_payload_model_follows_the_space_configuration(
     assert job.payload["model"] == expected
 
 
-async def test_turn_save_common_path_is_two_statements(
+async def test_turn_save_common_path_is_one_statement(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    """One settings read, then one write of turn + messages + job, without a transaction of
-    its own; a key adds the transaction and its lock."""
+    """The settings read and the write of turn + messages + job in one statement, without a
+    transaction of its own; a key adds the transaction, its lock and a read of its own."""
     await enable_company(client, auth)
     await seed_profile(app, "alice", {})  # the per-user folder exists already
     chat = new_chat()
@@ -154,7 +154,7 @@ async def test_turn_save_common_path_is_two_statements(
         )
         assert response.status_code == 202
 
-    assert [s.lstrip().split()[0].upper() for s in plain] == ["SELECT", "WITH"]
+    assert [s.lstrip().split()[0].upper() for s in plain] == ["WITH"]
     assert [s.lstrip().split()[0].upper().rstrip(";") for s in keyed] == [
         "BEGIN",
         "SELECT",
