@@ -366,8 +366,10 @@ def stop_server(server: Server) -> None:
 
 # The rate limits: "ours" checks every request against them, at limits the load never reaches
 # (it would measure 429s otherwise: wrk sends thousands a second to one company). The quota of
-# waiting jobs keeps its default (20): no worker drains the queue here, so past a user's 20th
-# turn every turn is coalesced into a waiting job (the worst case; "no-job-quota" is without).
+# waiting jobs keeps its default (20). No worker drains the queue here: each turn-save run starts
+# with the jobs of the runs before marked done (`finish_waiting_jobs`); with `--backlog` they
+# stay, and past a user's 20th turn every turn is coalesced into a waiting job (the worst case;
+# "no-job-quota" is without).
 RATE_LIMIT_SETTINGS = tuple(
     f"RATE_LIMIT_{route_class}_{scope}"
     for route_class in ("CONTEXT", "TURNS", "CONSOLIDATIONS", "EXPORTS", "MEMORY_WRITES")

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, literal, select
+from sqlalchemy import Select, String, and_, bindparam, delete, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -75,12 +75,11 @@ async def insert_acl_entries(
         await session.execute(insert(FolderAclEntry).values(rows).on_conflict_do_nothing())
 
 
-async def select_folder(session: AsyncSession, company_id: str, path: str) -> FolderRecord | None:
-    """The folder at `path` with its ancestors and every ACL entry on the way, in one statement.
-
-    The ancestors are always loaded (whether or not the folder inherits); `acl.is_allowed`
-    decides what inheritance means.
-    """
+def _select_folder_statement() -> Select[Any]:
+    """The chain of folders from :path up to the root, each with its ACL entries, root-most
+    first: built once (bound per call), so each call costs neither its construction nor its
+    cache key."""
+    company_id, path = bindparam("company_id", type_=String), bindparam("path", type_=String)
     parent = aliased(Folder)
     anchor = (
         select(
@@ -106,7 +105,7 @@ async def select_folder(session: AsyncSession, company_id: str, path: str) -> Fo
             anchor.c.depth < _MAX_DEPTH,
         )
     )
-    statement = (
+    return (
         select(
             chain.c.id,
             chain.c.path,
@@ -132,7 +131,19 @@ async def select_folder(session: AsyncSession, company_id: str, path: str) -> Fo
             FolderAclEntry.permission,
         )
     )
-    rows = (await session.execute(statement)).all()
+
+
+_SELECT_FOLDER = _select_folder_statement()
+
+
+async def select_folder(session: AsyncSession, company_id: str, path: str) -> FolderRecord | None:
+    """The folder at `path` with its ancestors and every ACL entry on the way, in one statement.
+
+    The ancestors are always loaded (whether or not the folder inherits); `acl.is_allowed`
+    decides what inheritance means.
+    """
+    params = {"company_id": company_id, "path": path}
+    rows = (await session.execute(_SELECT_FOLDER, params)).all()
     if not rows:
         return None
 

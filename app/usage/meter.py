@@ -1,5 +1,6 @@
 """Counting usage without a database write per request: `UsageBuffer` adds counts in memory;
-its `flush` adds them to the tables in one short transaction.
+its `flush` adds them to the tables in one short transaction (one statement in autocommit when
+only counts or only model calls are pending).
 
 `UsageMeter` is the API process's buffer for the hot path (turns saved, contexts served): the
 two routes count in memory (`turn_saved`, `context_served`, no await), and a background task
@@ -41,8 +42,8 @@ class UsageBuffer:
     """Counts and model-call totals not yet written, keyed by company and UTC day.
 
     Adding is synchronous and never fails. `flush` takes everything pending at once (a swap,
-    so what is added meanwhile waits for the next flush), writes it in one transaction and,
-    if that fails, gives it back to be written by a later flush.
+    so what is added meanwhile waits for the next flush), writes it in one transaction (or
+    one statement) and, if that fails, gives it back to be written by a later flush.
     """
 
     def __init__(self, database: Database) -> None:
@@ -69,9 +70,15 @@ class UsageBuffer:
         if not counts and not calls:
             return True
         try:
-            async with self.database.sessionmaker() as session, session.begin():
-                await repository.add_counts(session, counts)
-                await repository.add_model_calls(session, calls)
+            async with self.database.engine.connect() as conn:
+                if counts and calls:
+                    async with conn.begin():
+                        await repository.add_counts(conn, counts)
+                        await repository.add_model_calls(conn, calls)
+                else:  # one statement, atomic on its own: no BEGIN and COMMIT around it
+                    writer = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await repository.add_counts(writer, counts)
+                    await repository.add_model_calls(writer, calls)
         except Exception:
             for (company, day, counter), n in counts.items():
                 self.add_count(company, day, counter, n)

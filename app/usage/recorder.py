@@ -60,10 +60,12 @@ class BudgetWatch:
 
     async def check(self, company_id: str, day: date) -> BudgetStatus | None:
         """The company's budget status for the month of `day`; None without a budget. One
-        statement (the budget row and the month's rows of the spend, by primary key)."""
+        statement (the budget row and the month's rows of the spend, by primary key), in
+        autocommit: a read on its own needs no BEGIN and ROLLBACK around it."""
         period = period_of(day)
-        async with self.database.sessionmaker() as session:
-            status = await repository.select_budget_status(session, company_id, period)
+        async with self.database.engine.connect() as conn:
+            reader = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            status = await repository.select_budget_status(reader, company_id, period)
         if status is not None:
             await self._observe(company_id, status)
         return status
