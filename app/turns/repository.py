@@ -1,5 +1,6 @@
-"""SQL of the orchestrator's two calls: the single SELECT behind `/context`, the settings read
-and the single write of `/turns`, idempotency locks and records.
+"""SQL of the orchestrator's two calls: the single SELECT behind `/context`, the one statement
+of a common `/turns` (settings read and gated write), the settings read and the single write of
+the others, idempotency locks and records.
 
 The hot statements are composed once, at import, from the fragments and row mappers their
 owners export (enablement, profiles, folders, conversations), and run on a driver connection

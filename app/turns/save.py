@@ -1,9 +1,11 @@
 """Turn-save (`POST /v1/chats/{chat_id}/turns`): store the exchange per mode, durably, and queue
 a consolidation when memory is active. Never waits for a model.
 
-Runs on a driver connection. Without an `Idempotency-Key`: one settings read, then one write
-(turn, messages and job together), each atomic on its own, no BEGIN/COMMIT round trips: the
-write is the only statement that changes anything. With a key, one transaction: the key's
+Runs on a driver connection. Without an `Idempotency-Key`, in the common cases ONE statement,
+atomic on its own, no BEGIN/COMMIT round trips: the settings read and, gated in SQL on what it
+read, the write of the turn, its messages and its job (`repository.save_common_turn`); in the
+others (the user's first turn, a quota refusal, a full queue) that statement writes nothing and
+serves as the settings read of the general plan, followed by one write. With a key, one transaction: the key's
 advisory lock, the settings and record read, the write (record included), COMMIT, all before
 the answer. The first enabled turn of a user also creates the per-user folder (folders
 service), in a transaction of its own: creating it is idempotent, and a turn whose write then
