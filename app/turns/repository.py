@@ -391,9 +391,8 @@ WITH settings AS MATERIALIZED (
             payload_merge="jsonb_build_object('model', (SELECT model FROM gate))",
         )
     }
-SELECT st.*, (SELECT count(*) FROM gate) AS gated, (SELECT bool_or(queue) FROM gate) AS queued,
-       (SELECT count(*) FROM planned) AS planned, (SELECT count(*) FROM message) AS saved
-FROM settings st
+SELECT st.*, g.queue AS queued, EXISTS (SELECT FROM planned) AS planned
+FROM settings st LEFT JOIN gate g ON true
 """)  # noqa: S608
 
 
@@ -456,8 +455,8 @@ async def save_common_turn(
     sql, names = _COMMON_TURN_SAVE[job.trace_parent is not None]
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
-    written = bool(row["planned"])
-    return CommonTurnSave(settings, bool(row["gated"]), written, written and bool(row["queued"]))
+    gated, written = row["queued"] is not None, bool(row["planned"])
+    return CommonTurnSave(settings, gated, written, written and bool(row["queued"]))
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"
