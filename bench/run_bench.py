@@ -290,6 +290,26 @@ def process_cpu_seconds(pid: int) -> float | None:
     return own + sum(process_cpu_seconds(int(child)) or 0.0 for child in children)
 
 
+def database_cpu_seconds() -> float | None:
+    """User + system CPU seconds of every PostgreSQL process of this machine (backends,
+    WAL writer, checkpointer, autovacuum) from /proc; None when none is visible (a database
+    elsewhere). Runs are sequential, so the difference over a run is that run's database
+    work, give or take the background processes' own."""
+    total, seen = 0.0, False
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        seen = True
+    return total if seen else None
+
+
 def process_memory_mb(pid: int) -> tuple[float, float] | None:
     """(resident, peak resident) MiB of a process and its child processes, from /proc (VmRSS,
     VmHWM); None elsewhere."""
@@ -610,6 +630,7 @@ class WrkResult:
     new_connections: int | None = None  # opened on the server's database (approximate)
     server_rss_mb: float | None = None  # resident memory of the server after the run
     server_peak_rss_mb: float | None = None  # its high-water mark since the server started
+    database_cpu_seconds: float | None = None  # all local PostgreSQL processes, over the run
 
     def wrong_status(self, expect: frozenset[int]) -> int:
         """Answers that were not the expected status (the run does not measure the call)."""
@@ -619,6 +640,11 @@ class WrkResult:
         if self.server_cpu_seconds is None or not self.requests:
             return math.nan
         return self.server_cpu_seconds * 1e6 / self.requests
+
+    def database_cpu_us(self) -> float:
+        if self.database_cpu_seconds is None or not self.requests:
+            return math.nan
+        return self.database_cpu_seconds * 1e6 / self.requests
 
     def sessions(self) -> float:
         return math.nan if self.new_connections is None else float(self.new_connections)
@@ -755,6 +781,7 @@ METRICS: tuple[Callable[[WrkResult], float], ...] = (
     _p99,
     WrkResult.cpu_us,
     WrkResult.sessions,
+    WrkResult.database_cpu_us,
 )
 
 
@@ -773,9 +800,9 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
     header = (
         "| call | c | ours | req/s | reference | req/s | ours/ref req/s "
         "| p50 ms ours / ref | ×p50 | p99 ms ours / ref | ×p99 "
-        "| server CPU µs/req ours / ref | ×CPU "
+        "| server CPU µs/req ours / ref | ×CPU | database CPU µs/req ours / ref | ×DB "
         "| new PG conns/run ours / ref | wrong status, socket errors ours / ref |\n"
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for pair in setup.pairs:
@@ -787,7 +814,7 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
             for c in connections:
                 if not (measurements.has(name, c) and measurements.has(ref_name, c)):
                     continue
-                rps, p50, p99, cpu, conns = (
+                rps, p50, p99, cpu, conns, db_cpu = (
                     measurements.medians(name, ref_name, c, metric) for metric in METRICS
                 )
                 errors = (
@@ -802,6 +829,7 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
                     f"| {number(p50[0], 1)} / {number(p50[1], 1)} | {ratio(*p50)} "
                     f"| {number(p99[0], 1)} / {number(p99[1], 1)} | {ratio(*p99)} "
                     f"| {number(cpu[0])} / {number(cpu[1])} | {ratio(*cpu)} "
+                    f"| {number(db_cpu[0])} / {number(db_cpu[1])} | {ratio(*db_cpu)} "
                     f"| {number(conns[0])} / {number(conns[1])} | {errors} |"
                 )
     return header + "\n".join(lines) + "\n"
@@ -862,12 +890,19 @@ def measure_one(
         asyncio.run(finish_waiting_jobs(setup.ours_url))
     before = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
     cpu_before = process_cpu_seconds(server.process.pid)
+    database_before = database_cpu_seconds()
     result = run_wrk(setup.wrk, server.url, target, connections, duration)
     cpu_after = process_cpu_seconds(server.process.pid)
+    database_after = database_cpu_seconds()
     time.sleep(STATS_SETTLE_SECONDS)  # backends report their statistics when idle, late
     after = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
     memory = process_memory_mb(server.process.pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    database_cpu = (
+        None
+        if database_before is None or database_after is None
+        else database_after - database_before
+    )
     opened = None if before is None or after is None else after - before
     return dataclasses.replace(
         result,
@@ -875,6 +910,7 @@ def measure_one(
         new_connections=opened,
         server_rss_mb=None if memory is None else memory[0],
         server_peak_rss_mb=None if memory is None else memory[1],
+        database_cpu_seconds=database_cpu,
     )
 
 
@@ -904,6 +940,7 @@ def measure(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
                         f"  run {run + 1}/{args.runs} c={c:<3} {target.label:<30} "
                         f"{result.rps:7,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
                         f"p99 {result.p99_ms:7.2f} ms  CPU {number(result.cpu_us())} µs/req  "
+                        f"DB CPU {number(result.database_cpu_us())} µs/req  "
                         f"new PG conns {number(result.sessions())}  "
                         f"RSS {number(result.server_rss_mb or math.nan)} MiB "
                         f"(peak {number(result.server_peak_rss_mb or math.nan)})  "

@@ -39,6 +39,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SPACE = "space-1"
 JWT_SECRET = "worker-bench-only-secret-not-the-development-default"  # noqa: S105 - scratch
 POLL_SECONDS = 0.02
+# How often an idle worker looks for jobs (WORKER_POLL_SECONDS, 1 s by default). A drain resumes
+# a worker that went idle when the previous drain ended; at the default it may sleep out the
+# rest of its second first, which is no throughput of the worker's (a worker with a backlog
+# never sleeps) but up to a quarter of a four-second drain.
+WORKER_POLL_SECONDS = "0.05"
 STARTUP_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
 QUEUE_CONCURRENCY = 8
@@ -213,6 +218,7 @@ class WorkerSetup:
             "WORKER_CONCURRENCY": str(self.concurrency),
             "JOB_BATCH_SIZE": str(self.batch_size),
             "WORKER_HEARTBEAT_FILE": str(heartbeat),
+            "WORKER_POLL_SECONDS": WORKER_POLL_SECONDS,
         }
         if self.engine == "rules":
             return env | {"LLM_PROVIDER": "rules"}
