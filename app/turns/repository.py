@@ -437,9 +437,19 @@ async def save_common_turn(
     `refuse_skipped`). Anything else (the first turn, which creates the folder; a
     quota refusal; a full queue) writes nothing, and the caller plans with `settings`.
     """
+    sql, names = _COMMON_TURN_SAVE[common.job.trace_parent is not None]
+    params = common_turn_params(common, limits)
+    row = await conn.fetchrow(sql, *[params[name] for name in names])
+    settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
+    gated, written = row["queued"] is not None, bool(row["planned"])
+    return CommonTurnSave(settings, gated, written, written and bool(row["queued"]))
+
+
+def common_turn_params(common: CommonTurn, limits: QuotaLimits) -> dict[str, object]:
+    """The arguments of `save_common_turn`'s statement, by name."""
     turn, job = common.turn, common.job
     company_id, user_id = turn.company_id, turn.user_id
-    params = (
+    return (
         enablement_params(company_id, user_id, turn.space_id)
         | turn_params(turn, common.messages)
         | enqueue_params(job)
@@ -452,11 +462,6 @@ async def save_common_turn(
             "refuse_skipped": common.refuse_skipped,
         }
     )
-    sql, names = _COMMON_TURN_SAVE[job.trace_parent is not None]
-    row = await conn.fetchrow(sql, *[params[name] for name in names])
-    settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
-    gated, written = row["queued"] is not None, bool(row["planned"])
-    return CommonTurnSave(settings, gated, written, written and bool(row["queued"]))
 
 
 _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"

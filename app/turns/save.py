@@ -5,11 +5,12 @@ Runs on a driver connection. Without an `Idempotency-Key`, in the common cases O
 atomic on its own, no BEGIN/COMMIT round trips: the settings read and, gated in SQL on what it
 read, the write of the turn, its messages and its job (`repository.save_common_turn`); in the
 others (the user's first turn, a quota refusal, a full queue) that statement writes nothing and
-serves as the settings read of the general plan, followed by one write. With a key, one transaction: the key's
-advisory lock, the settings and record read, the write (record included), COMMIT, all before
-the answer. The first enabled turn of a user also creates the per-user folder (folders
-service), in a transaction of its own: creating it is idempotent, and a turn whose write then
-fails leaves only that folder, which the next turn would have created anyway.
+serves as the settings read of the general plan, followed by one write. With a key, one
+transaction: the key's advisory lock, the settings and record read, the write (record
+included), COMMIT, all before the answer. The first enabled turn of a user also creates the
+per-user folder (folders service), in a transaction of its own: creating it is idempotent, and
+a turn whose write then fails leaves only that folder, which the next turn would have created
+anyway.
 
 Against an erasure of the user (`DELETE /v1/me`) the write is all or nothing, and so is its
 plan: an erasure that commits before the write is seen by it (the memory folder the plan
