@@ -36,10 +36,13 @@ SPACE_MODEL = "space-model"
 
 def _enablement_rows() -> list[dict[str, Any]]:
     """Every combination of the decision's inputs, as the settings read returns them."""
-    combos = []
+    combos: list[dict[str, Any]] = []
     for flag, allow, user_setting in itertools.product(BOOLS_OR_NONE, repeat=3):
-        base = {"flag_context_memory": flag, "flag_allow": allow}
-        base["user_context_memory"] = user_setting
+        base: dict[str, Any] = {
+            "flag_context_memory": flag,
+            "flag_allow": allow,
+            "user_context_memory": user_setting,
+        }
         never_saved = base | {
             "space_saved": False,
             "space_context_memory": None,
