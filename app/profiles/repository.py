@@ -11,9 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, delete, func, select, update
+from sqlalchemy import (
+    Integer,
+    Row,
+    Select,
+    String,
+    and_,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import ReturningDelete
 
 from app.enablement.models import UserSettings
 from app.kit.pagination import INTEGER_MAX, Page, PageRequest, page_of
@@ -48,25 +60,42 @@ def _owner(company_id: str, user_id: str) -> tuple[Any, ...]:
     return (MemoryVersion.company_id == company_id, MemoryVersion.user_id == user_id)
 
 
+# The worker's statements, built once and bound per call (:owner_company, :owner_user, ...): each
+# call then costs neither the statement's construction nor SQLAlchemy's cache key for it.
+# (Not named as columns: an UPDATE reserves its columns' names for its SET clause.)
+_COMPANY = bindparam("owner_company", type_=String)
+_USER = bindparam("owner_user", type_=String)
+
+
+def _owner_params(company_id: str, user_id: str) -> dict[str, object]:
+    return {"owner_company": company_id, "owner_user": user_id}
+
+
 # --- the compare-and-set write -------------------------------------------------------------------
+
+
+_ADVANCE_HEAD = (
+    update(MemoryFile)
+    .where(
+        MemoryFile.company_id == _COMPANY,
+        MemoryFile.user_id == _USER,
+        MemoryFile.head_version == bindparam("expected_head", type_=Integer),
+    )
+    .values(head_version=bindparam("next_head", type_=Integer), updated_at=func.now())
+    .returning(MemoryFile.head_version)
+    .execution_options(synchronize_session=False)
+)
 
 
 async def _advance_head(session: AsyncSession, head: ExpectedHead) -> bool:
     """The compare-and-set: `head_version` becomes `head.version + 1` if and only if it is
     `head.version` now (PostgreSQL re-checks the WHERE on the newest row after a row-lock wait);
     False when the head moved or the memory.md row is missing."""
-    advance = (
-        update(MemoryFile)
-        .where(
-            MemoryFile.company_id == head.company_id,
-            MemoryFile.user_id == head.user_id,
-            MemoryFile.head_version == head.version,
-        )
-        .values(head_version=head.version + 1, updated_at=func.now())
-        .returning(MemoryFile.head_version)
-        .execution_options(synchronize_session=False)
-    )
-    return (await session.execute(advance)).scalar_one_or_none() is not None
+    params = _owner_params(head.company_id, head.user_id) | {
+        "expected_head": head.version,
+        "next_head": head.version + 1,
+    }
+    return (await session.execute(_ADVANCE_HEAD, params)).scalar_one_or_none() is not None
 
 
 async def write_version(
@@ -143,24 +172,27 @@ async def select_head_version(
     return (await session.execute(statement)).scalar_one_or_none()
 
 
+_SELECT_HEAD_STATE = (
+    select(MemoryFile.head_version, *_ROW_COLUMNS)
+    .select_from(MemoryFile)
+    .outerjoin(
+        MemoryVersion,
+        and_(
+            MemoryVersion.company_id == MemoryFile.company_id,
+            MemoryVersion.user_id == MemoryFile.user_id,
+            MemoryVersion.version == MemoryFile.head_version,
+        ),
+    )
+    .where(MemoryFile.company_id == _COMPANY, MemoryFile.user_id == _USER)
+)
+
+
 async def select_head_state(
     session: AsyncSession, company_id: str, user_id: str
 ) -> HeadState | None:
     """memory.md's head number and head version in one statement; None without a memory.md."""
-    statement = (
-        select(MemoryFile.head_version, *_ROW_COLUMNS)
-        .select_from(MemoryFile)
-        .outerjoin(
-            MemoryVersion,
-            and_(
-                MemoryVersion.company_id == MemoryFile.company_id,
-                MemoryVersion.user_id == MemoryFile.user_id,
-                MemoryVersion.version == MemoryFile.head_version,
-            ),
-        )
-        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
-    )
-    row = (await session.execute(statement)).first()
+    params = _owner_params(company_id, user_id)
+    row = (await session.execute(_SELECT_HEAD_STATE, params)).first()
     if row is None:
         return None
     head = None if row.version is None else version_row(row)
@@ -223,6 +255,33 @@ async def previous_version_number(
 # --- retention and clearing ----------------------------------------------------------------------
 
 
+def _prune_versions_statement() -> ReturningDelete[int]:
+    owner = (MemoryVersion.company_id == _COMPANY, MemoryVersion.user_id == _USER)
+    newest = (
+        select(MemoryVersion.version)
+        .where(*owner)
+        .order_by(MemoryVersion.version.desc())
+        .limit(bindparam("keep", type_=Integer))
+        .subquery()
+    )
+    cutoff = select(func.min(newest.c.version)).scalar_subquery()
+    head = (
+        select(MemoryFile.head_version)
+        .where(MemoryFile.company_id == _COMPANY, MemoryFile.user_id == _USER)
+        .scalar_subquery()
+    )
+    return (
+        delete(MemoryVersion)
+        .where(*owner, MemoryVersion.version < cutoff)
+        .where(MemoryVersion.version != head)
+        .returning(MemoryVersion.version)
+        .execution_options(synchronize_session=False)
+    )
+
+
+_PRUNE_VERSIONS = _prune_versions_statement()
+
+
 async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
     """Delete all but the newest `keep` versions (never the head); the number deleted.
 
@@ -231,27 +290,8 @@ async def prune_versions(session: AsyncSession, company_id: str, user_id: str, k
     """
     if keep < 1:
         raise ValueError("keep at least the head")
-    newest = (
-        select(MemoryVersion.version)
-        .where(*_owner(company_id, user_id))
-        .order_by(MemoryVersion.version.desc())
-        .limit(keep)
-        .subquery()
-    )
-    cutoff = select(func.min(newest.c.version)).scalar_subquery()
-    head = (
-        select(MemoryFile.head_version)
-        .where(MemoryFile.company_id == company_id, MemoryFile.user_id == user_id)
-        .scalar_subquery()
-    )
-    statement = (
-        delete(MemoryVersion)
-        .where(*_owner(company_id, user_id), MemoryVersion.version < cutoff)
-        .where(MemoryVersion.version != head)
-        .returning(MemoryVersion.version)
-        .execution_options(synchronize_session=False)
-    )
-    return len((await session.execute(statement)).all())
+    params = _owner_params(company_id, user_id) | {"keep": keep}
+    return len((await session.execute(_PRUNE_VERSIONS, params)).all())
 
 
 async def delete_profile(
@@ -297,11 +337,16 @@ async def insert_memory_file(
     await session.execute(statement)
 
 
+_LOCK_USER_MEMORY = select(
+    func.pg_advisory_xact_lock(func.hashtextextended(bindparam("key", type_=String), 0))
+)
+
+
 async def lock_user_memory(session: AsyncSession, company_id: str, user_id: str) -> None:
     """A transaction-scoped advisory lock on one user's memory (ids are printable, so the unit
     separator cannot be forged; a hash collision only serialises two users needlessly)."""
     key = "\x1f".join(("user-memory", company_id, user_id))
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+    await session.execute(_LOCK_USER_MEMORY, {"key": key})
 
 
 async def lock_memory_file(session: AsyncSession, company_id: str, user_id: str) -> bool:
@@ -337,11 +382,14 @@ async def delete_memory_file(session: AsyncSession, company_id: str, user_id: st
 # --- the user's stored context-memory switch -------------------------------------------------
 
 
+_SELECT_USER_SETTING = select(UserSettings.context_memory).where(
+    UserSettings.company_id == _COMPANY, UserSettings.user_id == _USER
+)
+
+
 async def select_user_setting(session: AsyncSession, company_id: str, user_id: str) -> bool | None:
-    statement = select(UserSettings.context_memory).where(
-        UserSettings.company_id == company_id, UserSettings.user_id == user_id
-    )
-    return (await session.execute(statement)).scalar_one_or_none()
+    params = _owner_params(company_id, user_id)
+    return (await session.execute(_SELECT_USER_SETTING, params)).scalar_one_or_none()
 
 
 # --- the head profile as a fragment of the orchestrator's one-statement read (app/turns) ---------
