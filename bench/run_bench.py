@@ -817,6 +817,9 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
                 rps, p50, p99, cpu, conns, db_cpu = (
                     measurements.medians(name, ref_name, c, metric) for metric in METRICS
                 )
+                database = f"{number(db_cpu[0])} / {number(db_cpu[1])} | {ratio(*db_cpu)}"
+                if max(db_cpu) < 1.0:  # no database work: the background processes' noise
+                    database = "– | –"
                 errors = (
                     f"{measurements.wrong_status(name, c, ours.expect)}, "
                     f"{measurements.socket_errors(name, c)} / "
@@ -829,7 +832,7 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
                     f"| {number(p50[0], 1)} / {number(p50[1], 1)} | {ratio(*p50)} "
                     f"| {number(p99[0], 1)} / {number(p99[1], 1)} | {ratio(*p99)} "
                     f"| {number(cpu[0])} / {number(cpu[1])} | {ratio(*cpu)} "
-                    f"| {number(db_cpu[0])} / {number(db_cpu[1])} | {ratio(*db_cpu)} "
+                    f"| {database} "
                     f"| {number(conns[0])} / {number(conns[1])} | {errors} |"
                 )
     return header + "\n".join(lines) + "\n"
