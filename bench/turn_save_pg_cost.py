@@ -44,7 +44,13 @@ from app.jobs.enqueue import NewJob
 from app.kit.config import Settings
 from app.quotas.rule import QuotaLimits
 from app.turns import repository
-from bench.run_bench import DEFAULT_ADMIN_URL, drop_databases, plain_dsn, recreate_databases
+from bench.run_bench import (
+    DEFAULT_ADMIN_URL,
+    drop_databases,
+    plain_dsn,
+    process_cpu_seconds,
+    recreate_databases,
+)
 from bench.seed import COMPANY, SPACE, seed_ours, turns_chat, user_id
 
 DATABASE = "cms_pg_cost"
@@ -78,11 +84,6 @@ def without_job_insert(sql: str, names: Sequence[str]) -> str:
     return sql[:start] + sql[end:].replace("SELECT st.*", f"SELECT st.*, ({column}) AS unbound", 1)
 
 
-def backend_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def arguments(user: int, names: Sequence[str]) -> list[object]:
     turn = NewTurn(
         id=uuid.uuid4(),
@@ -114,6 +115,14 @@ async def block(
     for i in range(n):
         await conn.fetchrow(sql, *arguments(1 + (start + i * 7919) % users, names))
     return (backend_cpu_seconds(pid) - before) * 1e6 / n
+
+
+def backend_cpu_seconds(pid: int) -> float:
+    """The backend's CPU seconds, as the bench reads a server's (`process_cpu_seconds`)."""
+    seconds = process_cpu_seconds(pid)
+    if seconds is None:
+        raise RuntimeError("the database must run on this machine: its backend's /proc is read")
+    return seconds
 
 
 async def measure(dsn: str, users: int, n: int, rounds: int) -> list[tuple[str, float]]:

@@ -20,6 +20,7 @@ from app.enablement.decision import effective_enablement
 from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.enablement.repository import enablement_inputs_of, memory_enabled_sql
 from app.folders.acl import user_folder_path
+from app.kit.db import positional
 from app.quotas.repository import marks_params, under_marks_sql
 from app.quotas.rule import QuotaLimits, StoredUsage, stored_refusal
 from app.turns.plan import consolidation_model
@@ -147,25 +148,26 @@ async def test_the_models_sql_chooses_as_consolidation_model(database_url: str) 
 async def test_the_marks_sql_refuses_as_stored_refusal(database_url: str) -> None:
     conn = await _connect(database_url)
     try:
-        sql = under_marks_sql("st")
-        sql = sql.replace(":quota_history_limit", "$3").replace(":quota_storage_limit", "$4")
-        query = (
-            f"SELECT {sql} FROM (SELECT CAST($1 AS bigint) AS quota_history_messages,"  # noqa: S608
-            " CAST($2 AS bigint) AS quota_storage_bytes) st"
+        # bound as the app binds it: the limits by `marks_params`, the marks as columns
+        sql, names = positional(
+            f"SELECT {under_marks_sql('st')} FROM (SELECT"  # noqa: S608
+            " CAST(:history AS bigint) AS quota_history_messages,"
+            " CAST(:storage AS bigint) AS quota_storage_bytes) st"
         )
         outcomes = set()
         used_values = (None, 0, 9, 10, 11)
         for history, storage, history_limit, storage_limit in itertools.product(
             used_values, used_values, (0, 10), (0, 10)
         ):
-            under = await conn.fetchval(query, history, storage, history_limit, storage_limit)
             limits = QuotaLimits(
                 user_history_messages=history_limit, company_storage_bytes=storage_limit
             )
+            params = marks_params(limits.user_history_messages, limits.company_storage_bytes)
+            params |= {"history": history, "storage": storage}
+            under = await conn.fetchval(sql, *[params[name] for name in names])
             expected = stored_refusal(StoredUsage(history, storage), limits) is None
             assert under is expected, (history, storage, history_limit, storage_limit)
             outcomes.add(expected)
-            assert set(marks_params(history_limit, storage_limit).values()) <= {0, 10}
     finally:
         await conn.close()
     assert outcomes == {True, False}
