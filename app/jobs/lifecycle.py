@@ -10,10 +10,27 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from sqlalchemy import ColumnElement, and_, case, false, func, null, select, update
+from sqlalchemy import (
+    ARRAY,
+    DateTime,
+    Integer,
+    Interval,
+    Select,
+    String,
+    Uuid,
+    and_,
+    any_,
+    bindparam,
+    case,
+    false,
+    func,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.jobs.queue import JOBS, ClaimedJob, FailResult, JobOutcome, clock_of
+from app.jobs.queue import JOBS, ClaimedJob, FailResult, JobOutcome
 
 BACKOFF_BASE_SECONDS: Final = 2.0
 BACKOFF_FACTOR: Final = 2.0
@@ -24,14 +41,38 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
 Executor = AsyncSession | AsyncConnection
 
 
-def _held(claimed: ClaimedJob) -> ColumnElement[bool]:
-    """The claim's rows, only while its lease token still stands (the fence)."""
-    return and_(
-        JOBS.c.company_id == claimed.company_id,
-        JOBS.c.id.in_(claimed.job_ids),
-        JOBS.c.status == "running",
-        JOBS.c.lease_token == claimed.lease_token,
+_CLOCK: Final = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
+"""PostgreSQL's `now()`, or the instant bound as `now` (tests step time with it)."""
+_HELD: Final = and_(
+    JOBS.c.company_id == bindparam("held_company", type_=String),
+    JOBS.c.id == any_(bindparam("held_ids", type_=ARRAY(Uuid))),
+    JOBS.c.status == "running",
+    JOBS.c.lease_token == bindparam("held_token", type_=Uuid),
+)
+"""The claim's rows, only while its lease token still stands (the fence); `_held_params`
+binds it. The statements that use it are built once: they are the worker's most frequent."""
+
+
+def _held_params(claimed: ClaimedJob, now: datetime | None) -> dict[str, object]:
+    if now is not None and now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return {
+        "held_company": claimed.company_id,
+        "held_ids": claimed.job_ids,
+        "held_token": claimed.lease_token,
+        "now": now,
+    }
+
+
+_HEARTBEAT: Final = (
+    update(JOBS)
+    .where(_HELD)
+    .values(
+        lease_expires_at=_CLOCK + bindparam("lease", type_=Interval),
+        updated_at=_CLOCK,
     )
+    .returning(JOBS.c.id)
+)
 
 
 async def heartbeat(
@@ -40,15 +81,43 @@ async def heartbeat(
     """Extend the lease to now + `lease_seconds`. False = the lease is lost for at least one job
     (re-claimed after expiry, or deleted by an opt-out): the worker must stop and write nothing.
     An expired lease nobody re-claimed yet is still ours and is extended."""
-    clock = clock_of(now)
+    params = _held_params(claimed, now) | {"lease": timedelta(seconds=lease_seconds)}
     async with engine.begin() as conn:
-        extended = await conn.execute(
-            update(JOBS)
-            .where(_held(claimed))
-            .values(lease_expires_at=clock + timedelta(seconds=lease_seconds), updated_at=clock)
-            .returning(JOBS.c.id)
-        )
+        extended = await conn.execute(_HEARTBEAT, params)
         return len(extended.all()) == len(claimed.jobs)
+
+
+def _complete_statement() -> Select[int]:
+    # ONE statement: lock the claim's rows still under its lease, and mark them only when all
+    # of them are (a row whose token changed is not locked, so the count falls short)
+    held = select(JOBS.c.id).where(_HELD).with_for_update().cte("held")
+    all_held = select(func.count()).select_from(held).scalar_subquery() == bindparam(
+        "held_count", type_=Integer
+    )
+    done = (
+        update(JOBS)
+        # by the claim's ids, as the rows were locked (not `IN (SELECT id FROM held)`, which
+        # the planner may answer by scanning all of the company's jobs); the rows it finds are
+        # the ones `held` locked, the count having been checked first
+        .where(_HELD, all_held)
+        .values(
+            status="succeeded",
+            outcome=bindparam("outcome", type_=String),
+            version=bindparam("version", type_=Integer),
+            error_class=None,
+            error_message=None,
+            lease_token=None,
+            lease_expires_at=None,
+            finished_at=_CLOCK,
+            updated_at=_CLOCK,
+        )
+        .returning(JOBS.c.id)
+        .cte("done")
+    )
+    return select(func.count()).select_from(done)
+
+
+_COMPLETE: Final = _complete_statement()
 
 
 async def complete_jobs(
@@ -66,32 +135,12 @@ async def complete_jobs(
     nothing is written and False is returned; the caller must then roll back its transaction.
     The rows stay locked until the caller commits, so a re-claim cannot slip in between.
     """
-    clock = clock_of(now)
-    # ONE statement: lock the claim's rows still under its lease, and mark them only when all
-    # of them are (a row whose token changed is not locked, so the count falls short)
-    held = select(JOBS.c.id).where(_held(claimed)).with_for_update().cte("held")
-    all_held = select(func.count()).select_from(held).scalar_subquery() == len(claimed.jobs)
-    done = (
-        update(JOBS)
-        # by the claim's ids, as the rows were locked (not `IN (SELECT id FROM held)`, which
-        # the planner may answer by scanning all of the company's jobs); the rows it finds are
-        # the ones `held` locked, the count having been checked first
-        .where(_held(claimed), all_held)
-        .values(
-            status="succeeded",
-            outcome=outcome,
-            version=version,
-            error_class=None,
-            error_message=None,
-            lease_token=None,
-            lease_expires_at=None,
-            finished_at=clock,
-            updated_at=clock,
-        )
-        .returning(JOBS.c.id)
-        .cte("done")
-    )
-    completed = await executor.scalar(select(func.count()).select_from(done))
+    params = _held_params(claimed, now) | {
+        "held_count": len(claimed.jobs),
+        "outcome": outcome,
+        "version": version,
+    }
+    completed = await executor.scalar(_COMPLETE, params)
     return completed == len(claimed.jobs)
 
 
@@ -144,7 +193,6 @@ async def fail_jobs(
     "lease_lost" if the lease was no longer held (nothing written).
     """
     message = _CONTROL_CHARS.sub(" ", failure.message).strip()[:ERROR_MESSAGE_MAX_CHARS]
-    clock = clock_of(now)
     delay = backoff_seconds(
         max(job.attempts for job in claimed.jobs),
         retry_after_seconds=failure.retry_after_seconds,
@@ -153,18 +201,19 @@ async def fail_jobs(
     async with engine.begin() as conn:
         failed = await conn.execute(
             update(JOBS)
-            .where(_held(claimed))
+            .where(_HELD)
             .values(
                 status=case((retry, "retrying"), else_="dead"),
-                run_after=case((retry, clock + timedelta(seconds=delay)), else_=JOBS.c.run_after),
-                finished_at=case((retry, null()), else_=clock),
+                run_after=case((retry, _CLOCK + timedelta(seconds=delay)), else_=JOBS.c.run_after),
+                finished_at=case((retry, null()), else_=_CLOCK),
                 error_class=failure.error_class,
                 error_message=message,
                 lease_token=None,
                 lease_expires_at=None,
-                updated_at=clock,
+                updated_at=_CLOCK,
             )
-            .returning(JOBS.c.status)
+            .returning(JOBS.c.status),
+            _held_params(claimed, now),
         )
         statuses = set(failed.scalars().all())
     if not statuses:
@@ -180,12 +229,13 @@ async def defer_jobs(executor: Executor, claimed: ClaimedJob, run_after: datetim
     All or nothing, fenced like `complete_jobs`: False (nothing written) when any job's lease
     was lost; the caller must then roll back.
     """
-    held = await executor.execute(select(JOBS.c.id).where(_held(claimed)).with_for_update())
+    params = _held_params(claimed, None)
+    held = await executor.execute(select(JOBS.c.id).where(_HELD).with_for_update(), params)
     if len(held.all()) != len(claimed.jobs):
         return False
     await executor.execute(
         update(JOBS)
-        .where(_held(claimed))
+        .where(_HELD)
         .values(
             status=case((JOBS.c.attempts > 1, "retrying"), else_="queued"),
             attempts=func.greatest(JOBS.c.attempts - 1, 0),
@@ -194,7 +244,8 @@ async def defer_jobs(executor: Executor, claimed: ClaimedJob, run_after: datetim
             lease_expires_at=None,
             locked_by=None,
             updated_at=func.now(),
-        )
+        ),
+        params,
     )
     return True
 
@@ -223,7 +274,7 @@ async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:
     async with engine.begin() as conn:
         released = await conn.execute(
             update(JOBS)
-            .where(_held(claimed))
+            .where(_HELD)
             .values(
                 status=case((JOBS.c.attempts > 1, "retrying"), else_="queued"),
                 attempts=func.greatest(JOBS.c.attempts - 1, 0),
@@ -232,6 +283,7 @@ async def release_jobs(engine: AsyncEngine, claimed: ClaimedJob) -> int:
                 locked_by=None,
                 updated_at=func.now(),
             )
-            .returning(JOBS.c.id)
+            .returning(JOBS.c.id),
+            _held_params(claimed, None),
         )
         return len(released.all())
