@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import Select, Table, func, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import ARRAY, Date, String, Table, Text, bindparam, func, select
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.usage.budget import Budget, BudgetStatus, Period, WhenSpent
@@ -53,21 +54,55 @@ class CallTotals:
 # --- writes: additive, so any number of processes may write the same rows ----------------------
 
 
+def _additive_upsert(table: Table, keys: tuple[str, ...], amounts: tuple[str, ...]) -> Insert:
+    """`INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT (keys) DO UPDATE` adding each
+    amount to its row: one statement for any number of rows, built once (its rows come as one
+    array parameter per column, named as the column, in the order given), so that neither
+    SQLAlchemy nor PostgreSQL plans it again per call. Rows are inserted in array order."""
+    columns = (*keys, *amounts)
+    # text, not varchar(n), for the strings: an explicit cast to varchar(n) would cut a longer
+    # value where the insert's own assignment refuses it
+    types = [
+        Text() if isinstance(table.c[name].type, String) else table.c[name].type for name in columns
+    ]
+    rows = (
+        func.unnest(
+            *(
+                sql_cast(bindparam(name), ARRAY(kind))
+                for name, kind in zip(columns, types, strict=True)
+            )
+        )
+        .table_valued(*columns, with_ordinality="n")
+        .render_derived()
+    )
+    statement = insert(table).from_select(
+        list(columns), select(*(rows.c[name] for name in columns)).order_by(rows.c.n)
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[table.c[name] for name in keys],
+        set_={name: table.c[name] + statement.excluded[name] for name in amounts},
+    )
+
+
+_ADD_COUNTS = _additive_upsert(COUNTS, ("company_id", "day", "counter"), ("count",))
+_CALL_AMOUNTS = ("calls", "prompt_tokens", "completion_tokens")
+_ADD_MODEL_CALLS = _additive_upsert(
+    MODEL_CALLS, ("company_id", "day", "kind", "model"), _CALL_AMOUNTS
+)
+
+
+def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> dict[str, list[object]]:
+    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
+
+
 async def add_counts(executor: Executor, counts: Mapping[CountKey, int]) -> None:
-    """Add each count to its (company, day, counter) row, creating it; one statement."""
+    """Add each count to its (company, day, counter) row, creating it; one statement.
+
+    Rows are written in key order, so concurrent writers lock them in the same order."""
     if not counts:
         return
-    values = [
-        {"company_id": company, "day": day, "counter": counter, "count": count}
-        for (company, day, counter), count in sorted(counts.items())
-    ]
-    statement = insert(COUNTS).values(values)
-    await executor.execute(
-        statement.on_conflict_do_update(
-            index_elements=[COUNTS.c.company_id, COUNTS.c.day, COUNTS.c.counter],
-            set_={"count": COUNTS.c.count + statement.excluded.count},
-        )
-    )
+    rows = [(*key, count) for key, count in sorted(counts.items())]
+    await executor.execute(_ADD_COUNTS, _columns(("company_id", "day", "counter", "count"), rows))
 
 
 async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals]) -> None:
@@ -76,35 +111,12 @@ async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals
     Rows are written in key order, so concurrent writers lock them in the same order."""
     if not calls:
         return
-    values = [
-        {
-            "company_id": company,
-            "day": day,
-            "kind": kind,
-            "model": model,
-            "calls": totals.calls,
-            "prompt_tokens": totals.prompt_tokens,
-            "completion_tokens": totals.completion_tokens,
-        }
-        for (company, day, kind, model), totals in sorted(calls.items())
+    rows = [
+        (*key, totals.calls, totals.prompt_tokens, totals.completion_tokens)
+        for key, totals in sorted(calls.items())
     ]
-    statement = insert(MODEL_CALLS).values(values)
-    excluded = statement.excluded
-    await executor.execute(
-        statement.on_conflict_do_update(
-            index_elements=[
-                MODEL_CALLS.c.company_id,
-                MODEL_CALLS.c.day,
-                MODEL_CALLS.c.kind,
-                MODEL_CALLS.c.model,
-            ],
-            set_={
-                "calls": MODEL_CALLS.c.calls + excluded.calls,
-                "prompt_tokens": MODEL_CALLS.c.prompt_tokens + excluded.prompt_tokens,
-                "completion_tokens": MODEL_CALLS.c.completion_tokens + excluded.completion_tokens,
-            },
-        )
-    )
+    names = ("company_id", "day", "kind", "model", *_CALL_AMOUNTS)
+    await executor.execute(_ADD_MODEL_CALLS, _columns(names, rows))
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -185,20 +197,27 @@ async def upsert_budget(session: AsyncSession, company_id: str, budget: Budget) 
     return BudgetRecord(budget, updated_at)
 
 
+_SPEND = select(
+    func.coalesce(func.sum(MODEL_CALLS.c.prompt_tokens + MODEL_CALLS.c.completion_tokens), 0)
+).where(
+    MODEL_CALLS.c.company_id == bindparam("company_id", type_=String),
+    MODEL_CALLS.c.day >= bindparam("period_start", type_=Date),
+    MODEL_CALLS.c.day < bindparam("period_end", type_=Date),
+)
+"""Prompt plus completion tokens of a company's model calls in a period (`_spend_params`)."""
+_BUDGET_STATUS = select(
+    BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, _SPEND.scalar_subquery().label("spent")
+).where(BUDGETS.c.company_id == bindparam("company_id", type_=String))
+
+
+def _spend_params(company_id: str, period: Period) -> dict[str, object]:
+    return {"company_id": company_id, "period_start": period.start, "period_end": period.end}
+
+
 async def month_spend(executor: Executor, company_id: str, period: Period) -> int:
     """Prompt plus completion tokens of the company's model calls in `period`."""
-    spent = await executor.scalar(_spend_of(company_id, period))
+    spent = await executor.scalar(_SPEND, _spend_params(company_id, period))
     return int(spent or 0)
-
-
-def _spend_of(company_id: str, period: Period) -> Select[Any]:
-    return select(
-        func.coalesce(func.sum(MODEL_CALLS.c.prompt_tokens + MODEL_CALLS.c.completion_tokens), 0)
-    ).where(
-        MODEL_CALLS.c.company_id == company_id,
-        MODEL_CALLS.c.day >= period.start,
-        MODEL_CALLS.c.day < period.end,
-    )
 
 
 async def select_budget_status(
@@ -206,14 +225,8 @@ async def select_budget_status(
 ) -> BudgetStatus | None:
     """The worker's check before a model call, in ONE statement over two primary keys: the
     company's budget and its spend in `period`. None when the company has no budget."""
-    spend = _spend_of(company_id, period).scalar_subquery()
-    row = (
-        await executor.execute(
-            select(BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, spend.label("spent")).where(
-                BUDGETS.c.company_id == company_id
-            )
-        )
-    ).first()
+    params = _spend_params(company_id, period)
+    row = (await executor.execute(_BUDGET_STATUS, params)).first()
     if row is None:
         return None
     budget = Budget(row.monthly_tokens, cast(WhenSpent, row.when_spent))
