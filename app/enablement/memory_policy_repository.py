@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, String, bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -77,14 +77,18 @@ async def read_memory_policy(session: AsyncSession, company_id: str) -> MemoryPo
     return DEFAULT_POLICY if record is None else record.policy
 
 
+_SELECT_POLICY = select(*_COLUMNS).where(
+    CompanyMemoryPolicy.company_id == bindparam("company_id", type_=String)
+)
+_SELECT_POLICY_FOR_UPDATE = _SELECT_POLICY.with_for_update()
+
+
 async def select_memory_policy(
     session: AsyncSession, company_id: str, *, for_update: bool = False
 ) -> MemoryPolicyRecord | None:
     """The saved policy, or None when the company never saved one; `for_update` row-locks it."""
-    statement = select(*_COLUMNS).where(CompanyMemoryPolicy.company_id == company_id)
-    if for_update:
-        statement = statement.with_for_update()
-    row = (await session.execute(statement)).first()
+    statement = _SELECT_POLICY_FOR_UPDATE if for_update else _SELECT_POLICY
+    row = (await session.execute(statement, {"company_id": company_id})).first()
     return None if row is None else _record(row)
 
 

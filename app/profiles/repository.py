@@ -9,13 +9,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Integer,
     Row,
     Select,
     String,
+    Table,
     and_,
     bindparam,
     delete,
@@ -98,6 +99,16 @@ async def _advance_head(session: AsyncSession, head: ExpectedHead) -> bool:
     return (await session.execute(_ADVANCE_HEAD, params)).scalar_one_or_none() is not None
 
 
+_VERSIONS = cast(Table, MemoryVersion.__table__)
+# Core statements over the tables, built once; the row's values come as parameters named as
+# the columns (no ORM bulk-insert machinery, no statement or cache key built per write)
+_INSERT_VERSION = (
+    insert(_VERSIONS)
+    .on_conflict_do_nothing(index_elements=["company_id", "user_id", "version"])
+    .returning(_VERSIONS.c.created_at)
+)
+
+
 async def write_version(
     session: AsyncSession,
     head: ExpectedHead,
@@ -142,15 +153,7 @@ async def write_version(
         "tokens_out": source.tokens_out,
         "job_id": source.job_id,
     }
-    statement = (
-        insert(MemoryVersion)
-        .values(**values)
-        .on_conflict_do_nothing(
-            index_elements=[MemoryVersion.company_id, MemoryVersion.user_id, MemoryVersion.version]
-        )
-        .returning(MemoryVersion.created_at)
-    )
-    created_at = (await session.execute(statement)).scalar_one_or_none()
+    created_at = (await session.execute(_INSERT_VERSION, values)).scalar_one_or_none()
     if created_at is None:
         raise VersionConflict(expected_version, expected_version + 1)
     return VersionRow(**values, created_at=created_at)  # type: ignore[arg-type]
@@ -319,22 +322,19 @@ async def delete_profile(
 # --- the memory file's life: created with the user's folder, locked and deleted at opt-out -----
 
 
+_INSERT_MEMORY_FILE = insert(cast(Table, MemoryFile.__table__)).on_conflict_do_nothing(
+    index_elements=["company_id", "user_id"]
+)
+
+
 async def insert_memory_file(
     session: AsyncSession, company_id: str, user_id: str, folder_id: uuid.UUID
 ) -> None:
     """The user's `memory.md` row, never indexed and hidden in chat; kept as is when it exists."""
-    statement = (
-        insert(MemoryFile)
-        .values(
-            company_id=company_id,
-            user_id=user_id,
-            folder_id=folder_id,
-            skip_ingestion=True,
-            hidden_in_chat=True,
-        )
-        .on_conflict_do_nothing(index_elements=[MemoryFile.company_id, MemoryFile.user_id])
+    values = {"company_id": company_id, "user_id": user_id, "folder_id": folder_id}
+    await session.execute(
+        _INSERT_MEMORY_FILE, values | {"skip_ingestion": True, "hidden_in_chat": True}
     )
-    await session.execute(statement)
 
 
 _LOCK_USER_MEMORY = select(
