@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Final
 
 from opentelemetry.trace import Tracer
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import CTE, ColumnElement, Select
 
 from app.consolidation.guard import TooManyDeletions, guard_change
 from app.consolidation.kinds import CONDENSATION
@@ -39,7 +39,7 @@ from app.consolidation.prefilter import prefilter
 from app.consolidation.rules import consolidate_with_rules
 from app.consolidation.sizing import Change, SizeControl
 from app.consolidation.snapshot import Snapshot, read_snapshot
-from app.jobs.lifecycle import complete_jobs, defer_jobs
+from app.jobs.lifecycle import complete_jobs, completion_statement, defer_jobs
 from app.jobs.queue import ClaimedJob, JobOutcome
 from app.jobs.worker import JobFailure, JobHandler
 from app.kit.config import Settings
@@ -50,11 +50,12 @@ from app.kit.observability import Metrics
 from app.kit.tokens import TokenCounters
 from app.kit.tracing import NO_TRACER
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
-from app.profiles.service import prune_versions, save_consolidation
+from app.profiles.service import retention_cte, retention_params, save_consolidation
 from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
 from app.usage import repository as usage_counts
 from app.usage.budget import BudgetStatus
 from app.usage.recorder import BudgetWatch, UsageRecorder
+from app.usage.repository import CountKey
 
 logger = logging.getLogger("app.consolidation")
 
@@ -75,6 +76,24 @@ _CHANGE_GUARD_MESSAGE: Final = (
     "asking to forget; the memory is unchanged."
 )
 _CONFLICT_MESSAGE: Final = "The memory kept changing during consolidation; it will be retried."
+
+
+def finish_statement(*, retention: bool) -> Select[int]:
+    """What finishes a run, ONE statement: the claim's completion (`complete_jobs`), the run's
+    count and, after a version was written, retention (`retention_cte`), each only when the
+    claim was still held."""
+
+    def riders(completed: ColumnElement[bool]) -> tuple[CTE, ...]:
+        counted = usage_counts.add_counts_cte(completed)
+        return (counted, retention_cte(completed)) if retention else (counted,)
+
+    return completion_statement(riders)
+
+
+FINISH_STATEMENTS: Final = {
+    retention: finish_statement(retention=retention) for retention in (False, True)
+}
+"""By whether a version was written."""
 
 
 class _LeaseLost(Exception):
@@ -245,7 +264,7 @@ class ConsolidationPipeline:
             async with self.database.sessionmaker() as session, session.begin():
                 if not await defer_jobs(session, claimed, run_after):
                     raise _LeaseLost
-                await self._count(session, claimed, DEFERRED)
+                await usage_counts.add_counts(session, self._counts(claimed, DEFERRED))
         except _LeaseLost:
             return LEASE_LOST
         logger.info(
@@ -255,15 +274,15 @@ class ConsolidationPipeline:
         )
         return DEFERRED
 
-    async def _count(
-        self, session: AsyncSession, claimed: ClaimedJob, outcome: str, *, offline: bool = False
-    ) -> None:
-        """The run's outcome in the company's day, in the transaction that finishes it."""
+    def _counts(
+        self, claimed: ClaimedJob, outcome: str, *, offline: bool = False
+    ) -> dict[CountKey, int]:
+        """The run's outcome in the company's day, counted with what finishes the run."""
         company_id, day = claimed.company_id, self.clock().date()
         counts = {(company_id, day, f"consolidations_{outcome}"): 1}
         if offline:
             counts[(company_id, day, "consolidations_offline")] = 1
-        await usage_counts.add_counts(session, counts)
+        return counts
 
     # --- decide (no transaction open) ----------------------------------------------------------
 
@@ -337,13 +356,22 @@ class ConsolidationPipeline:
                     row = await save_consolidation(
                         session, head, change.profile, source, self.policy
                     )
-                    if row is not None:
-                        await prune_versions(session, head, self.policy)
                     version = None if row is None else row.version
                     outcome: JobOutcome = "noop" if row is None else "updated"
-                    if not await complete_jobs(session, claimed, outcome=outcome, version=version):
+                    riders = usage_counts.counts_params(
+                        self._counts(claimed, outcome, offline=usage.offline)
+                    )
+                    if row is not None:
+                        riders |= retention_params(head, self.policy)
+                    if not await complete_jobs(
+                        session,
+                        claimed,
+                        outcome=outcome,
+                        version=version,
+                        statement=FINISH_STATEMENTS[row is not None],
+                        riders=riders,
+                    ):
                         raise _LeaseLost
-                    await self._count(session, claimed, outcome, offline=usage.offline)
                 if version is not None:
                     span.set_attribute("context_memory.profile.version", version)
         except _LeaseLost:
@@ -388,12 +416,20 @@ class ConsolidationPipeline:
         )
 
     async def _finish_noop(self, claimed: ClaimedJob, usage: Usage, why: str) -> str:
-        try:
-            async with self.database.sessionmaker() as session, session.begin():
-                if not await complete_jobs(session, claimed, outcome="noop", version=None):
-                    raise _LeaseLost
-                await self._count(session, claimed, "noop", offline=usage.offline)
-        except _LeaseLost:
+        """The jobs completed and the run counted: ONE statement, in autocommit (atomic on its
+        own; no BEGIN and COMMIT around it)."""
+        riders = usage_counts.counts_params(self._counts(claimed, "noop", offline=usage.offline))
+        async with self.database.engine.connect() as conn:
+            writer = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            completed = await complete_jobs(
+                writer,
+                claimed,
+                outcome="noop",
+                version=None,
+                statement=FINISH_STATEMENTS[False],
+                riders=riders,
+            )
+        if not completed:
             return LEASE_LOST
         self.metrics.consolidations.labels("noop").inc()
         logger.info(

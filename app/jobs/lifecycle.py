@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 from sqlalchemy import (
     ARRAY,
+    CTE,
+    ColumnElement,
     DateTime,
     Integer,
     Interval,
@@ -22,6 +25,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    exists,
     false,
     func,
     null,
@@ -87,7 +91,17 @@ async def heartbeat(
         return len(extended.all()) == len(claimed.jobs)
 
 
-def _complete_statement() -> Select[int]:
+Riders = Callable[[ColumnElement[bool]], Sequence[CTE]]
+"""Writes of the caller that ride along with a claim's completion (`completion_statement`):
+given whether the claim was completed, its data-modifying CTEs."""
+
+
+def completion_statement(riders: Riders | None = None) -> Select[int]:
+    """The statement of `complete_jobs`, with the caller's `riders` in it (built once, at
+    import): their writes commit or roll back with the completion, in one round trip, and
+    each should write only when handed `true` (the claim was completed: all or nothing), so
+    that the statement may run in autocommit. The riders' parameters must not be named as
+    `complete_jobs`'s (`held_*`, `now`, `outcome`, `version`) nor as a column of `jobs`."""
     # ONE statement: lock the claim's rows still under its lease, and mark them only when all
     # of them are (a row whose token changed is not locked, so the count falls short)
     held = select(JOBS.c.id).where(_HELD).with_for_update().cte("held")
@@ -114,19 +128,24 @@ def _complete_statement() -> Select[int]:
         .returning(JOBS.c.id)
         .cte("done")
     )
-    return select(func.count()).select_from(done)
+    statement = select(func.count()).select_from(done)
+    if riders is None:
+        return statement
+    return statement.add_cte(*riders(exists(select(done.c.id))))
 
 
-_COMPLETE: Final = _complete_statement()
+_COMPLETE: Final = completion_statement()
 
 
-async def complete_jobs(
+async def complete_jobs(  # noqa: PLR0913 - the last three are optional, by keyword
     executor: Executor,
     claimed: ClaimedJob,
     *,
     outcome: JobOutcome,
     version: int | None,
     now: datetime | None = None,
+    statement: Select[int] = _COMPLETE,
+    riders: Mapping[str, object] | None = None,
 ) -> bool:
     """Mark the claim's jobs succeeded, in the caller's transaction: call it in the transaction
     that writes the profile version, so both commit or neither does.
@@ -134,13 +153,19 @@ async def complete_jobs(
     All or nothing: if any job's lease token changed (re-claimed after expiry) or the job is gone,
     nothing is written and False is returned; the caller must then roll back its transaction.
     The rows stay locked until the caller commits, so a re-claim cannot slip in between.
+    `statement`: one of `completion_statement`, its riders bound by `riders`.
     """
     params = _held_params(claimed, now) | {
         "held_count": len(claimed.jobs),
         "outcome": outcome,
         "version": version,
     }
-    completed = await executor.scalar(_COMPLETE, params)
+    if riders:
+        if params.keys() & riders.keys() or JOBS.c.keys() & riders.keys():
+            # a parameter named as a column of `jobs` would be set by the UPDATE (SQLAlchemy)
+            raise ValueError("a rider's parameters must be named apart from the completion's")
+        params |= riders
+    completed = await executor.scalar(statement, params)
     return completed == len(claimed.jobs)
 
 

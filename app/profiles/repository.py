@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from sqlalchemy import (
+    CTE,
+    ColumnElement,
     Integer,
     Row,
     Select,
@@ -285,15 +287,27 @@ def _prune_versions_statement() -> ReturningDelete[int]:
 _PRUNE_VERSIONS = _prune_versions_statement()
 
 
+def prune_params(company_id: str, user_id: str, keep: int) -> dict[str, object]:
+    """The parameters of `prune_versions`'s statement and of `prune_versions_cte`."""
+    if keep < 1:
+        raise ValueError("keep at least the head")
+    return _owner_params(company_id, user_id) | {"keep": keep}
+
+
+def prune_versions_cte(when: ColumnElement[bool]) -> CTE:
+    """`prune_versions` as a data-modifying CTE of another statement (built once by its
+    caller, in the transaction that wrote the version), deleting only when `when` holds;
+    bound by `prune_params`."""
+    return _prune_versions_statement().where(when).cte("pruned")
+
+
 async def prune_versions(session: AsyncSession, company_id: str, user_id: str, keep: int) -> int:
     """Delete all but the newest `keep` versions (never the head); the number deleted.
 
     Versions are contiguous, so what remains is the contiguous newest run. Call it in the
     transaction that wrote the version: the CAS row lock then serialises it per user.
     """
-    if keep < 1:
-        raise ValueError("keep at least the head")
-    params = _owner_params(company_id, user_id) | {"keep": keep}
+    params = prune_params(company_id, user_id, keep)
     return len((await session.execute(_PRUNE_VERSIONS, params)).all())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from sqlalchemy import CTE, ColumnElement
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.folders import repository as folder_repository
@@ -364,6 +365,16 @@ async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadSt
 
 
 async def prune_versions(session: AsyncSession, head: ExpectedHead, policy: VersionPolicy) -> int:
-    """Retention for the worker, after `save_consolidation` wrote a version: keep the newest
-    `policy.keep` versions of `head`'s owner (never the head)."""
+    """Retention after a worker's write (`save_consolidation`): keep the newest `policy.keep`
+    versions of `head`'s owner (never the head)."""
     return await repository.prune_versions(session, head.company_id, head.user_id, policy.keep)
+
+
+def retention_cte(when: ColumnElement[bool]) -> CTE:
+    """`prune_versions` as a CTE of the statement that finishes a worker's run (built once),
+    pruning only when `when` holds; `retention_params` binds it."""
+    return repository.prune_versions_cte(when)
+
+
+def retention_params(head: ExpectedHead, policy: VersionPolicy) -> dict[str, object]:
+    return repository.prune_params(head.company_id, head.user_id, policy.keep)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import cast
 
-from sqlalchemy import ARRAY, Date, String, Table, Text, bindparam, func, select
+from sqlalchemy import ARRAY, CTE, ColumnElement, Date, String, Table, Text, bindparam, func, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -54,11 +54,23 @@ class CallTotals:
 # --- writes: additive, so any number of processes may write the same rows ----------------------
 
 
-def _additive_upsert(table: Table, keys: tuple[str, ...], amounts: tuple[str, ...]) -> Insert:
+_ROWS = "rows_"
+"""The prefix of `_additive_upsert`'s parameters (an array per column): named apart from any
+column, so that a statement of which the upsert is a CTE can be an UPDATE (SQLAlchemy takes a
+parameter named as a column of an UPDATE for a value to set)."""
+
+
+def _additive_upsert(
+    table: Table,
+    keys: tuple[str, ...],
+    amounts: tuple[str, ...],
+    when: ColumnElement[bool] | None = None,
+) -> Insert:
     """`INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT (keys) DO UPDATE` adding each
     amount to its row: one statement for any number of rows, built once (its rows come as one
-    array parameter per column, named as the column, in the order given), so that neither
-    SQLAlchemy nor PostgreSQL plans it again per call. Rows are inserted in array order."""
+    array parameter per column, named `_ROWS` + the column's name), so that neither SQLAlchemy
+    nor PostgreSQL plans it again per call. Rows are inserted in array order; none unless
+    `when` holds."""
     columns = (*keys, *amounts)
     # text, not varchar(n), for the strings: an explicit cast to varchar(n) would cut a longer
     # value where the insert's own assignment refuses it
@@ -68,41 +80,53 @@ def _additive_upsert(table: Table, keys: tuple[str, ...], amounts: tuple[str, ..
     rows = (
         func.unnest(
             *(
-                sql_cast(bindparam(name), ARRAY(kind))
+                sql_cast(bindparam(_ROWS + name), ARRAY(kind))
                 for name, kind in zip(columns, types, strict=True)
             )
         )
         .table_valued(*columns, with_ordinality="n")
         .render_derived()
     )
-    statement = insert(table).from_select(
-        list(columns), select(*(rows.c[name] for name in columns)).order_by(rows.c.n)
-    )
+    source = select(*(rows.c[name] for name in columns)).order_by(rows.c.n)
+    if when is not None:
+        source = source.where(when)
+    statement = insert(table).from_select(list(columns), source)
     return statement.on_conflict_do_update(
         index_elements=[table.c[name] for name in keys],
         set_={name: table.c[name] + statement.excluded[name] for name in amounts},
     )
 
 
-_ADD_COUNTS = _additive_upsert(COUNTS, ("company_id", "day", "counter"), ("count",))
+_COUNT_KEYS = ("company_id", "day", "counter")
+_ADD_COUNTS = _additive_upsert(COUNTS, _COUNT_KEYS, ("count",))
 _CALL_AMOUNTS = ("calls", "prompt_tokens", "completion_tokens")
 _ADD_MODEL_CALLS = _additive_upsert(
     MODEL_CALLS, ("company_id", "day", "kind", "model"), _CALL_AMOUNTS
 )
 
 
-def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> dict[str, list[object]]:
-    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
+def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> dict[str, object]:
+    return {_ROWS + name: [row[i] for row in rows] for i, name in enumerate(names)}
+
+
+def counts_params(counts: Mapping[CountKey, int]) -> dict[str, object]:
+    """The parameters of `add_counts`'s statement and of `add_counts_cte`: the rows in key
+    order, so concurrent writers lock them in the same order."""
+    rows = [(*key, count) for key, count in sorted(counts.items())]
+    return _columns(("company_id", "day", "counter", "count"), rows)
+
+
+def add_counts_cte(when: ColumnElement[bool]) -> CTE:
+    """`add_counts` as a data-modifying CTE of another statement (built once by its caller),
+    adding only when `when` holds; bound by `counts_params`."""
+    return _additive_upsert(COUNTS, _COUNT_KEYS, ("count",), when).cte("counted")
 
 
 async def add_counts(executor: Executor, counts: Mapping[CountKey, int]) -> None:
-    """Add each count to its (company, day, counter) row, creating it; one statement.
-
-    Rows are written in key order, so concurrent writers lock them in the same order."""
+    """Add each count to its (company, day, counter) row, creating it; one statement."""
     if not counts:
         return
-    rows = [(*key, count) for key, count in sorted(counts.items())]
-    await executor.execute(_ADD_COUNTS, _columns(("company_id", "day", "counter", "count"), rows))
+    await executor.execute(_ADD_COUNTS, counts_params(counts))
 
 
 async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals]) -> None:
