@@ -3,6 +3,7 @@ failure maps to a typed `ModelError`, that SDK retries are off, and engine selec
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate
@@ -496,3 +497,28 @@ def test_unworkable_configuration_fails_at_startup(overrides: dict[str, Any]) ->
 )
 def test_model_identifiers_resolve_to_api_names(name: str, expected: str) -> None:
     assert resolve_model_name(name) == expected
+
+
+async def test_a_connection_dropped_before_the_answer_is_unavailable() -> None:
+    """A server that reads the request and closes the connection: no answer, not a timeout
+    (the SDK's aiohttp transport reports it as one; `ModelUnavailable` says what happened)."""
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with OpenAIChatModel(
+            api_key=None, base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=5
+        ) as chat_model:
+            started = time.monotonic()
+            error = await fail(chat_model)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+    assert isinstance(error, ModelUnavailable)
+    assert error.retryable
+    assert time.monotonic() - started < 2
