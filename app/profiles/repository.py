@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -28,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.dml import ReturningDelete
+from sqlalchemy.sql.dml import ReturningDelete, ReturningInsert
 
 from app.enablement.models import UserSettings
 from app.kit.pagination import INTEGER_MAX, Page, PageRequest, page_of
@@ -102,13 +103,51 @@ async def _advance_head(session: AsyncSession, head: ExpectedHead) -> bool:
 
 
 _VERSIONS = cast(Table, MemoryVersion.__table__)
-# Core statements over the tables, built once; the row's values come as parameters named as
-# the columns (no ORM bulk-insert machinery, no statement or cache key built per write)
-_INSERT_VERSION = (
-    insert(_VERSIONS)
-    .on_conflict_do_nothing(index_elements=["company_id", "user_id", "version"])
-    .returning(_VERSIONS.c.created_at)
+_VERSION_VALUES = (
+    "company_id",
+    "user_id",
+    "version",
+    "content",
+    "sha256",
+    "tokens",
+    "reason",
+    "operations",
+    "source_turn_ids",
+    "model",
+    "tokens_in",
+    "tokens_out",
+    "job_id",
 )
+
+
+def _write_version_statement() -> ReturningInsert[tuple[datetime]]:
+    """The compare-and-set and the version's insert in ONE statement (built once): the insert
+    selects its row, bound as `v_<column>`, from the head's advance, so it happens only when
+    the head advanced."""
+    files = cast(Table, MemoryFile.__table__)
+    advanced = (
+        update(files)
+        .where(
+            files.c.company_id == _COMPANY,
+            files.c.user_id == _USER,
+            files.c.head_version == bindparam("expected_head", type_=Integer),
+        )
+        .values(head_version=bindparam("next_head", type_=Integer), updated_at=func.now())
+        .returning(files.c.head_version)
+        .cte("advanced")
+    )
+    row = select(
+        *(bindparam(f"v_{name}", type_=_VERSIONS.c[name].type) for name in _VERSION_VALUES)
+    ).select_from(advanced)
+    return (
+        insert(_VERSIONS)
+        .from_select(list(_VERSION_VALUES), row)
+        .on_conflict_do_nothing(index_elements=["company_id", "user_id", "version"])
+        .returning(_VERSIONS.c.created_at)
+    )
+
+
+_WRITE_VERSION = _write_version_statement()
 
 
 async def write_version(
@@ -121,11 +160,12 @@ async def write_version(
 ) -> VersionRow:
     """Write `profile` as version `head.version + 1`, if and only if the head is `head.version`.
 
-    Step 1 is the compare-and-set `UPDATE memory_files SET head_version = expected + 1 ... WHERE
-    head_version = expected`: concurrent writers of one user queue on the row lock and all but
-    one find the head moved (PostgreSQL re-checks the WHERE on the newest row), raising
-    `VersionConflict`. Step 2 inserts the version; its primary key (company, user, version) is
-    the unique constraint behind the CAS, and a conflict there is a `VersionConflict` too.
+    One statement: the compare-and-set `UPDATE memory_files SET head_version = expected + 1 ...
+    WHERE head_version = expected`: concurrent writers of one user queue on the row lock and all
+    but one find the head moved (PostgreSQL re-checks the WHERE on the newest row), raising
+    `VersionConflict`; and, only when the head advanced, the version's insert: its primary key
+    (company, user, version) is the unique constraint behind the CAS, and a conflict there is a
+    `VersionConflict` too.
     After a `VersionConflict` the transaction holds a half-done write: roll it back.
     A missing memory.md row raises `MemoryFileMissing`. The frontmatter must already be the
     service's (see `versions.stamp`); `tokens` is stored as given, `source` as its columns.
@@ -133,12 +173,6 @@ async def write_version(
     company_id, user_id, expected_version = head.company_id, head.user_id, head.version
     if profile.user_id != user_id:
         raise ValueError("the profile's frontmatter must name its owner")
-    if not await _advance_head(session, head):
-        current = await select_head_version(session, company_id, user_id)
-        if current is None:
-            raise MemoryFileMissing
-        raise VersionConflict(expected_version, current)
-
     content = render(profile)
     values = {
         "company_id": company_id,
@@ -155,9 +189,17 @@ async def write_version(
         "tokens_out": source.tokens_out,
         "job_id": source.job_id,
     }
-    created_at = (await session.execute(_INSERT_VERSION, values)).scalar_one_or_none()
-    if created_at is None:
-        raise VersionConflict(expected_version, expected_version + 1)
+    params = _owner_params(company_id, user_id) | {
+        "expected_head": expected_version,
+        "next_head": expected_version + 1,
+    }
+    params |= {f"v_{name}": value for name, value in values.items()}
+    created_at = (await session.execute(_WRITE_VERSION, params)).scalar_one_or_none()
+    if created_at is None:  # the head had moved (or the insert met the version: ours moved it)
+        current = await select_head_version(session, company_id, user_id)
+        if current is None:
+            raise MemoryFileMissing
+        raise VersionConflict(expected_version, current)
     return VersionRow(**values, created_at=created_at)  # type: ignore[arg-type]
 
 
