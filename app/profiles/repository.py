@@ -24,7 +24,9 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -244,6 +246,33 @@ async def select_head_state(
         return None
     head = None if row.version is None else version_row(row)
     return HeadState(company_id, user_id, row.head_version, head)
+
+
+def _writer_state_statement() -> Select[Any]:
+    head = _SELECT_HEAD_STATE.lateral("head")
+    one = select(literal(1).label("one")).subquery("one")
+    setting = (
+        select(UserSettings.context_memory)
+        .where(UserSettings.company_id == _COMPANY, UserSettings.user_id == _USER)
+        .scalar_subquery()
+        .label("user_setting")
+    )
+    return select(setting, *head.c).select_from(one.outerjoin(head, true()))
+
+
+_SELECT_WRITER_STATE = _writer_state_statement()
+
+
+async def select_writer_state(
+    session: AsyncSession, company_id: str, user_id: str
+) -> tuple[bool | None, HeadState | None]:
+    """What a write of the worker reads under the user's memory lock, in one statement: the
+    user's stored switch (`select_user_setting`) and the head (`select_head_state`)."""
+    row = (await session.execute(_SELECT_WRITER_STATE, _owner_params(company_id, user_id))).one()
+    if row.head_version is None:
+        return row.user_setting, None
+    head = None if row.version is None else version_row(row)
+    return row.user_setting, HeadState(company_id, user_id, row.head_version, head)
 
 
 async def read_head(session: AsyncSession, company_id: str, user_id: str) -> VersionRow | None:

@@ -321,10 +321,11 @@ async def save_consolidation(
     company_id, user_id, expected_version = head.company_id, head.user_id, head.version
     owner = _owner(company_id, user_id)
     await lock_user_memory(session, company_id, user_id)  # see replace_memory
-    if await repository.select_user_setting(session, company_id, user_id) is False:
+    # a new statement after the lock, hence a snapshot that sees what committed before it
+    setting, state = await repository.select_writer_state(session, company_id, user_id)
+    if setting is False:
         raise NotFound("The user turned context memory off.")
     await folders.authorize_memory_access(session, owner, Permission.WRITE)
-    state = await repository.select_head_state(session, company_id, user_id)
     if state is None:
         if expected_version != 0:
             raise VersionConflict(expected_version, None)
