@@ -53,7 +53,7 @@ from app.profiles.document import Operation, OperationError, OpKind, ProfileForm
 from app.profiles.service import retention_cte, retention_params, save_consolidation
 from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
 from app.usage import repository as usage_counts
-from app.usage.budget import BudgetStatus
+from app.usage.budget import BudgetStatus, period_of
 from app.usage.recorder import BudgetWatch, UsageRecorder
 from app.usage.repository import CountKey
 
@@ -174,27 +174,28 @@ class ConsolidationPipeline:
     async def _run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
         """Rebases at most `MAX_REBASES` times; then the jobs fail retryably (`version_conflict`).
 
-        The budget is read before each decision that would call the model, so a company goes
+        The budget is read with the snapshot, before each decision that would call the model (one
+        round trip for both), so a company goes
         past its budget by at most the calls of decisions already past that read (one
         decision: the gate, the update call and its one retry on a cut-off answer, and a
         condensation), in each run in flight.
         """
         for attempt in range(MAX_REBASES + 1):
+            try:
+                snapshot = await self._read(claimed, attempt)
+            except NotFound:  # the memory was deleted (opt-out) after the job was queued
+                return await self._finish_noop(claimed, Usage(), "memory gone")
+            if snapshot is None:
+                return await self._finish_noop(claimed, Usage(), "memory off or turns gone")
             engine, status = self.engine, None
             if not engine.offline:
-                status = await self._check_budget(claimed.company_id)
+                status = await self._check_budget(claimed.company_id, snapshot.model_budget)
             usage = Usage(on_answer=self._metering(claimed.company_id, status is not None))
             if status is not None and status.exhausted:
                 if status.budget.when_spent == "defer":
                     return await self._defer(claimed, status.period.end_instant)
                 engine, usage.offline = self.offline, True
                 usage.calls.append("budget=spent")
-            try:
-                snapshot = await self._read(claimed, attempt)
-            except NotFound:  # the memory was deleted (opt-out) after the job was queued
-                return await self._finish_noop(claimed, usage, "memory gone")
-            if snapshot is None:
-                return await self._finish_noop(claimed, usage, "memory off or turns gone")
             try:
                 with self.tracer.start_as_current_span("decide") as span:
                     span.set_attribute("context_memory.engine", _engine_name(engine))
@@ -221,7 +222,8 @@ class ConsolidationPipeline:
         """The read step (`read_snapshot`), a span saying what it found."""
         with self.tracer.start_as_current_span("read snapshot") as span:
             span.set_attribute("context_memory.rebase", attempt)
-            snapshot = await read_snapshot(self.database, claimed, self.settings.llm_model)
+            period = period_of(self.clock().date())
+            snapshot = await read_snapshot(self.database, claimed, self.settings.llm_model, period)
             if snapshot is not None:
                 span.set_attribute("context_memory.profile.version", snapshot.version)
                 span.set_attribute("context_memory.turns", len(snapshot.turn_ids))
@@ -230,10 +232,13 @@ class ConsolidationPipeline:
 
     # --- metering and the budget ---------------------------------------------------------------
 
-    async def _check_budget(self, company_id: str) -> BudgetStatus | None:
-        """The company's model budget before a decision that would call the model, a span."""
+    async def _check_budget(
+        self, company_id: str, status: BudgetStatus | None
+    ) -> BudgetStatus | None:
+        """The company's model budget before a decision that would call the model, as the read
+        step read it (its gauge and alerts updated), a span."""
         with self.tracer.start_as_current_span("model budget") as span:
-            status = await self.budget.check(company_id, self.clock().date())
+            await self.budget.observe(company_id, status)
             span.set_attribute("context_memory.budget.limited", status is not None)
             if status is not None:
                 span.set_attribute("context_memory.budget.exhausted", status.exhausted)

@@ -1,8 +1,10 @@
 """What one claim's read step sees (`Snapshot`) and the step that reads it: ONE statement over
-the spaces' enablement, the user's folder and its ACL, the head profile and the claimed turns.
+the spaces' enablement, the user's folder and its ACL, the head profile, the claimed turns and
+the company's model budget.
 
 The statement is composed once, at import, of the fragments the hot path's `/context` read is
-made of (their owners export them: enablement, profiles, folders) and of the exchanges' own,
+made of (their owners export them: enablement, profiles, folders, usage) and of the
+exchanges' own,
 and runs on the engine's asyncpg connection (`app.jobs.driver`): one round trip, no
 transaction (one statement is one snapshot), no statement compilation per claim.
 """
@@ -36,6 +38,13 @@ from app.kit.errors import NotFound
 from app.kit.llm import resolve_model_name
 from app.profiles.document import Profile, empty_profile, parse
 from app.profiles.repository import HEAD_PROFILE_COLUMNS, HEAD_PROFILE_JOINS, stored_profile_of
+from app.usage.budget import BudgetStatus, Period
+from app.usage.repository import (
+    BUDGET_STATUS_COLUMNS,
+    BUDGET_STATUS_JOINS,
+    budget_status_of,
+    budget_status_params,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class Snapshot:
     turn_ids: tuple[str, ...]
     budget: int
     model: str
+    model_budget: BudgetStatus | None = None
+    """The company's model budget and its spend in the period read, as the claim was read
+    (`usage.repository.select_budget_status`); None without a budget."""
 
 
 _USER_FOLDER_ID = (
@@ -57,14 +69,15 @@ _USER_FOLDER_ID = (
 # constant fragments of their owners, never user input
 _READ: Final = Statement(f"""
 SELECT {ENABLEMENT_COLUMNS}, mf.head_version AS head_version, {HEAD_PROFILE_COLUMNS},
-       {FOLDER_COLUMNS}, {EXCHANGE_COLUMNS}
+       {FOLDER_COLUMNS}, {EXCHANGE_COLUMNS}, {BUDGET_STATUS_COLUMNS}
 FROM (SELECT 1) AS one
 {ENABLEMENT_JOINS}
 {HEAD_PROFILE_JOINS}
 {folder_joins(_USER_FOLDER_ID)}
-{EXCHANGE_JOIN}""")  # noqa: S608
+{EXCHANGE_JOIN}{BUDGET_STATUS_JOINS}""")  # noqa: S608
 """Enablement of one space, memory.md's head number and head version, the user's folder with
-its parent and both ACLs, and the claimed turns' messages: always exactly one row."""
+its parent and both ACLs, the claimed turns' messages, and the company's model budget with its
+month's spend: always exactly one row."""
 
 _ENABLEMENT: Final = Statement(
     f"SELECT {ENABLEMENT_COLUMNS}\nFROM (SELECT 1) AS one{ENABLEMENT_JOINS}"
@@ -73,7 +86,7 @@ _ENABLEMENT: Final = Statement(
 
 
 async def read_snapshot(
-    database: Database, claimed: ClaimedJob, default_model: str
+    database: Database, claimed: ClaimedJob, default_model: str, period: Period
 ) -> Snapshot | None:
     """One statement (one more per further space the claim's jobs name). None when nothing is
     left to do (memory off in every job's space, turns gone).
@@ -90,6 +103,7 @@ async def read_snapshot(
     async with driver_connection(database.engine) as conn:
         params = enablement_params(company_id, user_id, spaces[0])
         params |= {"folder_path": user_folder_path(user_id), "turn_ids": turn_ids}
+        params |= budget_status_params(period)
         row = await conn.fetchrow(_READ.sql, *_READ.args(**params))
         budgets = {spaces[0]: _budget(row)}
         for space_id in spaces[1:]:
@@ -122,6 +136,7 @@ async def read_snapshot(
         turn_ids=tuple(str(turn_id) for turn_id, _ in found),
         budget=budget,
         model=resolve_model_name(_text(newest.payload.get("model")) or default_model),
+        model_budget=budget_status_of(row, period),
     )
 
 

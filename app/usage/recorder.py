@@ -66,11 +66,14 @@ class BudgetWatch:
         async with self.database.engine.connect() as conn:
             reader = await conn.execution_options(isolation_level="AUTOCOMMIT")
             status = await repository.select_budget_status(reader, company_id, period)
-        if status is not None:
-            await self._observe(company_id, status)
+        await self.observe(company_id, status)
         return status
 
-    async def _observe(self, company_id: str, status: BudgetStatus) -> None:
+    async def observe(self, company_id: str, status: BudgetStatus | None) -> None:
+        """Keep the gauge current and fire the alerts `status` (read by the caller: None
+        without a budget) has reached."""
+        if status is None:
+            return
         share = status.used_share
         if share is None:
             return

@@ -8,11 +8,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import cast
+from typing import Any, Final, cast
 
-from sqlalchemy import ARRAY, CTE, ColumnElement, Date, String, Table, Text, bindparam, func, select
+from sqlalchemy import (
+    ARRAY,
+    CTE,
+    ColumnElement,
+    Date,
+    String,
+    Table,
+    Text,
+    bindparam,
+    func,
+    select,
+    text,
+)
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import Insert, insert
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.usage.budget import Budget, BudgetStatus, Period, WhenSpent
@@ -229,9 +242,6 @@ _SPEND = select(
     MODEL_CALLS.c.day < bindparam("period_end", type_=Date),
 )
 """Prompt plus completion tokens of a company's model calls in a period (`_spend_params`)."""
-_BUDGET_STATUS = select(
-    BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, _SPEND.scalar_subquery().label("spent")
-).where(BUDGETS.c.company_id == bindparam("company_id", type_=String))
 
 
 def _spend_params(company_id: str, period: Period) -> dict[str, object]:
@@ -244,17 +254,45 @@ async def month_spend(executor: Executor, company_id: str, period: Period) -> in
     return int(spent or 0)
 
 
+BUDGET_STATUS_COLUMNS: Final = """
+    budget.monthly_tokens AS budget_monthly_tokens, budget.when_spent AS budget_when_spent,
+    (SELECT coalesce(sum(mc.prompt_tokens + mc.completion_tokens), 0)
+     FROM usage_daily_model_calls mc
+     WHERE budget.company_id IS NOT NULL AND mc.company_id = :company_id
+       AND mc.day >= :budget_period_start AND mc.day < :budget_period_end) AS budget_spent"""
+BUDGET_STATUS_JOINS: Final = """
+LEFT JOIN company_model_budgets budget ON budget.company_id = :company_id"""
+"""The company's budget and its spend in a period, over two primary keys, as columns of a
+statement of one row that binds :company_id (`budget_status_params` binds the rest;
+`budget_status_of` reads them): the worker's check before a model call, alone
+(`select_budget_status`) or in the read of a claim."""
+
+_BUDGET_STATUS = text(
+    f"SELECT {BUDGET_STATUS_COLUMNS}\nFROM (SELECT 1) AS one{BUDGET_STATUS_JOINS}"
+)
+
+
+def budget_status_params(period: Period) -> dict[str, object]:
+    return {"budget_period_start": period.start, "budget_period_end": period.end}
+
+
+def budget_status_of(row: Mapping[str, Any] | RowMapping, period: Period) -> BudgetStatus | None:
+    """The `BUDGET_STATUS_COLUMNS` of a row; None when the company has no budget."""
+    when_spent = row["budget_when_spent"]
+    if when_spent is None:
+        return None
+    budget = Budget(row["budget_monthly_tokens"], cast(WhenSpent, when_spent))
+    return BudgetStatus(budget, int(row["budget_spent"]), period)
+
+
 async def select_budget_status(
     executor: Executor, company_id: str, period: Period
 ) -> BudgetStatus | None:
-    """The worker's check before a model call, in ONE statement over two primary keys: the
-    company's budget and its spend in `period`. None when the company has no budget."""
-    params = _spend_params(company_id, period)
-    row = (await executor.execute(_BUDGET_STATUS, params)).first()
-    if row is None:
-        return None
-    budget = Budget(row.monthly_tokens, cast(WhenSpent, row.when_spent))
-    return BudgetStatus(budget, int(row.spent), period)
+    """The worker's check before a model call, in ONE statement: the company's budget and its
+    spend in `period`. None when the company has no budget."""
+    params = {"company_id": company_id} | budget_status_params(period)
+    row = (await executor.execute(_BUDGET_STATUS, params)).one()
+    return budget_status_of(row._mapping, period)
 
 
 async def record_crossings(
