@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -127,6 +127,16 @@ def _migrate(settings: Settings) -> int:
     return 0
 
 
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (as `serve` runs, through uvicorn), else
+    asyncio's own."""
+    try:
+        import uvloop  # noqa: PLC0415
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def _worker(settings: Settings) -> int:
     """Run the worker until SIGTERM or SIGINT, through the app's lifespan (which starts and
     migrates the embedded database when DATABASE_URL is unset, and stops the worker
@@ -136,7 +146,8 @@ def _worker(settings: Settings) -> int:
     configure_logging(settings.log_level, settings.log_format)
     where = "DATABASE_URL" if settings.database_url else f"embedded ({settings.embedded_pg_dir})"
     print(f"Context Memory worker  database: {where}", flush=True)
-    asyncio.run(_run_worker(settings.model_copy(update={"worker_enabled": True})))
+    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        runner.run(_run_worker(settings.model_copy(update={"worker_enabled": True})))
     return 0
 
 

@@ -174,11 +174,10 @@ class ConsolidationPipeline:
     async def _run(self, claimed: ClaimedJob, lease_lost: asyncio.Event) -> str:
         """Rebases at most `MAX_REBASES` times; then the jobs fail retryably (`version_conflict`).
 
-        The budget is read with the snapshot, before each decision that would call the model (one
-        round trip for both), so a company goes
-        past its budget by at most the calls of decisions already past that read (one
-        decision: the gate, the update call and its one retry on a cut-off answer, and a
-        condensation), in each run in flight.
+        The budget is read with the snapshot (one round trip for both), before each decision
+        that would call the model, so a company goes past its budget by at most the calls of
+        decisions already past that read (one decision: the gate, the update call and its one
+        retry on a cut-off answer, and a condensation), in each run in flight.
         """
         for attempt in range(MAX_REBASES + 1):
             try:
