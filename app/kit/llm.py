@@ -333,8 +333,8 @@ def _refused_or_dropped(error: BaseException) -> bool:
 def _http_client(instrument: Callable[[object], None] | None) -> openai.DefaultAioHttpClient:
     """The SDK's own client with its defaults (limits, redirects; closed with the SDK's client)
     on aiohttp's transport rather than httpcore's: the same requests and answers at about
-    0.5 ms less CPU per call (bench/model_client_cost.py), where the worker spends its time when a slow
-    model keeps many calls in flight. Handed to `instrument` first, when given."""
+    0.5 ms less CPU per call (bench/model_client_cost.py), where the worker spends its time
+    when a slow model keeps many calls in flight. Handed to `instrument` first, when given."""
     client = openai.DefaultAioHttpClient()
     if instrument is not None:
         instrument(client)
