@@ -84,7 +84,9 @@ def _additive_upsert(
     array parameter per column, named `_ROWS` + the column's name), so that neither SQLAlchemy
     nor PostgreSQL plans it again per call. Rows are inserted in array order; none unless
     `when` holds."""
-    columns = (*keys, *amounts)
+    # the company is one scalar parameter, not an array: every row of one statement is one
+    # company's, so the statement names the company it touches (routable by company_id)
+    columns = (*keys[1:], *amounts)
     # text, not varchar(n), for the strings: an explicit cast to varchar(n) would cut a longer
     # value where the insert's own assignment refuses it
     types = [
@@ -100,10 +102,11 @@ def _additive_upsert(
         .table_valued(*columns, with_ordinality="n")
         .render_derived()
     )
-    source = select(*(rows.c[name] for name in columns)).order_by(rows.c.n)
+    company = sql_cast(bindparam(_ROWS + "company", type_=Text()), Text())
+    source = select(company, *(rows.c[name] for name in columns)).order_by(rows.c.n)
     if when is not None:
         source = source.where(when)
-    statement = insert(table).from_select(list(columns), source)
+    statement = insert(table).from_select([keys[0], *columns], source)
     return statement.on_conflict_do_update(
         index_elements=[table.c[name] for name in keys],
         set_={name: table.c[name] + statement.excluded[name] for name in amounts},
@@ -118,15 +121,29 @@ _ADD_MODEL_CALLS = _additive_upsert(
 )
 
 
-def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> dict[str, object]:
-    return {_ROWS + name: [row[i] for row in rows] for i, name in enumerate(names)}
+def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> list[dict[str, object]]:
+    """One parameter set per company (the rows' first value), in key order; each binds the
+    company and an array per other column."""
+    by_company: dict[object, list[tuple[object, ...]]] = {}
+    for row in rows:
+        by_company.setdefault(row[0], []).append(row[1:])
+    return [
+        {_ROWS + "company": company}
+        | {_ROWS + name: [row[i] for row in held] for i, name in enumerate(names[1:])}
+        for company, held in by_company.items()
+    ]
+
+
+def _company_counts(counts: Mapping[CountKey, int]) -> list[dict[str, object]]:
+    rows = [(*key, count) for key, count in sorted(counts.items())]
+    return _columns(("company_id", "day", "counter", "count"), rows)
 
 
 def counts_params(counts: Mapping[CountKey, int]) -> dict[str, object]:
-    """The parameters of `add_counts`'s statement and of `add_counts_cte`: the rows in key
-    order, so concurrent writers lock them in the same order."""
-    rows = [(*key, count) for key, count in sorted(counts.items())]
-    return _columns(("company_id", "day", "counter", "count"), rows)
+    """The parameters of `add_counts_cte` for one company's counts: the rows in key order, so
+    concurrent writers lock them in the same order."""
+    [params] = _company_counts(counts)
+    return params
 
 
 def add_counts_cte(when: ColumnElement[bool]) -> CTE:
@@ -136,14 +153,15 @@ def add_counts_cte(when: ColumnElement[bool]) -> CTE:
 
 
 async def add_counts(executor: Executor, counts: Mapping[CountKey, int]) -> None:
-    """Add each count to its (company, day, counter) row, creating it; one statement."""
-    if not counts:
-        return
-    await executor.execute(_ADD_COUNTS, counts_params(counts))
+    """Add each count to its (company, day, counter) row, creating it; one statement per
+    company (one, in every caller but a flush spanning companies)."""
+    for params in _company_counts(counts):
+        await executor.execute(_ADD_COUNTS, params)
 
 
 async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals]) -> None:
-    """Add each total to its (company, day, kind, model) row, creating it; one statement.
+    """Add each total to its (company, day, kind, model) row, creating it; one statement per
+    company.
 
     Rows are written in key order, so concurrent writers lock them in the same order."""
     if not calls:
@@ -153,7 +171,8 @@ async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals
         for key, totals in sorted(calls.items())
     ]
     names = ("company_id", "day", "kind", "model", *_CALL_AMOUNTS)
-    await executor.execute(_ADD_MODEL_CALLS, _columns(names, rows))
+    for params in _columns(names, rows):
+        await executor.execute(_ADD_MODEL_CALLS, params)
 
 
 # --- the report ---------------------------------------------------------------------------------
