@@ -4,9 +4,8 @@ the company's model budget.
 
 The statement is composed once, at import, of the fragments the hot path's `/context` read is
 made of (their owners export them: enablement, profiles, folders, usage) and of the
-exchanges' own,
-and runs on the engine's asyncpg connection (`app.jobs.driver`): one round trip, no
-transaction (one statement is one snapshot), no statement compilation per claim.
+exchanges' own, and runs on the engine's asyncpg connection (`app.jobs.driver`): one round
+trip, no transaction (one statement is one snapshot), no statement compilation per claim.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Final, Literal, cast
 
 import asyncpg
-from sqlalchemy import ColumnElement, DateTime, Table, and_, func, literal
+from sqlalchemy import ColumnElement, Table, and_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs.driver import Statement, driver_transaction
@@ -364,15 +364,6 @@ async def _take_jobs(
         for row in rows
     )
     return ClaimedJob(company_id, user_id, rows[0]["kind"], token, refs)
-
-
-def clock_of(now: datetime | None) -> ColumnElement[datetime]:
-    """PostgreSQL's `now()`, or the given aware instant (tests step time with it)."""
-    if now is None:
-        return func.now()
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    return literal(now, DateTime(timezone=True))
 
 
 def claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:

@@ -278,16 +278,12 @@ class OpenAIChatModel:
                 max_completion_tokens=request.max_output_tokens,
                 response_format=response_format,
             )
-        except openai.APITimeoutError as err:
-            if _refused_or_dropped(err):
-                raise ModelUnavailable(
-                    f"could not connect to the language model server{_for_model(request.model)}"
+        except openai.APIConnectionError as err:  # a timeout is one too
+            if isinstance(err, openai.APITimeoutError) and not _refused_or_dropped(err):
+                raise ModelTimeout(
+                    f"no answer from the language model within {self._timeout_seconds:g} s"
+                    f"{_for_model(request.model)}"
                 ) from None
-            raise ModelTimeout(
-                f"no answer from the language model within {self._timeout_seconds:g} s"
-                f"{_for_model(request.model)}"
-            ) from None
-        except openai.APIConnectionError:
             raise ModelUnavailable(
                 f"could not connect to the language model server{_for_model(request.model)}"
             ) from None

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.dml import ReturningDelete, ReturningInsert
+from sqlalchemy.sql.dml import ReturningDelete, ReturningInsert, ReturningUpdate
 
 from app.enablement.models import UserSettings
 from app.kit.pagination import INTEGER_MAX, Page, PageRequest, page_of
@@ -80,17 +80,24 @@ def _owner_params(company_id: str, user_id: str) -> dict[str, object]:
 # --- the compare-and-set write -------------------------------------------------------------------
 
 
-_ADVANCE_HEAD = (
-    update(MemoryFile)
-    .where(
-        MemoryFile.company_id == _COMPANY,
-        MemoryFile.user_id == _USER,
-        MemoryFile.head_version == bindparam("expected_head", type_=Integer),
+_FILES = cast(Table, MemoryFile.__table__)
+
+
+def _advance_head_statement() -> ReturningUpdate[tuple[int]]:
+    """The compare-and-set: `head_version` becomes :next_head where it is :expected_head."""
+    return (
+        update(_FILES)
+        .where(
+            _FILES.c.company_id == _COMPANY,
+            _FILES.c.user_id == _USER,
+            _FILES.c.head_version == bindparam("expected_head", type_=Integer),
+        )
+        .values(head_version=bindparam("next_head", type_=Integer), updated_at=func.now())
+        .returning(_FILES.c.head_version)
     )
-    .values(head_version=bindparam("next_head", type_=Integer), updated_at=func.now())
-    .returning(MemoryFile.head_version)
-    .execution_options(synchronize_session=False)
-)
+
+
+_ADVANCE_HEAD = _advance_head_statement()
 
 
 async def _advance_head(session: AsyncSession, head: ExpectedHead) -> bool:
@@ -126,18 +133,7 @@ def _write_version_statement() -> ReturningInsert[tuple[datetime]]:
     """The compare-and-set and the version's insert in ONE statement (built once): the insert
     selects its row, bound as `v_<column>`, from the head's advance, so it happens only when
     the head advanced."""
-    files = cast(Table, MemoryFile.__table__)
-    advanced = (
-        update(files)
-        .where(
-            files.c.company_id == _COMPANY,
-            files.c.user_id == _USER,
-            files.c.head_version == bindparam("expected_head", type_=Integer),
-        )
-        .values(head_version=bindparam("next_head", type_=Integer), updated_at=func.now())
-        .returning(files.c.head_version)
-        .cte("advanced")
-    )
+    advanced = _advance_head_statement().cte("advanced")
     row = select(
         *(bindparam(f"v_{name}", type_=_VERSIONS.c[name].type) for name in _VERSION_VALUES)
     ).select_from(advanced)
@@ -407,7 +403,7 @@ async def delete_profile(
 # --- the memory file's life: created with the user's folder, locked and deleted at opt-out -----
 
 
-_INSERT_MEMORY_FILE = insert(cast(Table, MemoryFile.__table__)).on_conflict_do_nothing(
+_INSERT_MEMORY_FILE = insert(_FILES).on_conflict_do_nothing(
     index_elements=["company_id", "user_id"]
 )
 

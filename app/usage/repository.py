@@ -116,9 +116,8 @@ def _additive_upsert(
 _COUNT_KEYS = ("company_id", "day", "counter")
 _ADD_COUNTS = _additive_upsert(COUNTS, _COUNT_KEYS, ("count",))
 _CALL_AMOUNTS = ("calls", "prompt_tokens", "completion_tokens")
-_ADD_MODEL_CALLS = _additive_upsert(
-    MODEL_CALLS, ("company_id", "day", "kind", "model"), _CALL_AMOUNTS
-)
+_CALL_KEYS = ("company_id", "day", "kind", "model")
+_ADD_MODEL_CALLS = _additive_upsert(MODEL_CALLS, _CALL_KEYS, _CALL_AMOUNTS)
 
 
 def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> list[dict[str, object]]:
@@ -136,7 +135,7 @@ def _columns(names: tuple[str, ...], rows: Sequence[tuple[object, ...]]) -> list
 
 def _company_counts(counts: Mapping[CountKey, int]) -> list[dict[str, object]]:
     rows = [(*key, count) for key, count in sorted(counts.items())]
-    return _columns(("company_id", "day", "counter", "count"), rows)
+    return _columns((*_COUNT_KEYS, "count"), rows)
 
 
 def counts_params(counts: Mapping[CountKey, int]) -> dict[str, object]:
@@ -170,7 +169,7 @@ async def add_model_calls(executor: Executor, calls: Mapping[CallKey, CallTotals
         (*key, totals.calls, totals.prompt_tokens, totals.completion_tokens)
         for key, totals in sorted(calls.items())
     ]
-    names = ("company_id", "day", "kind", "model", *_CALL_AMOUNTS)
+    names = (*_CALL_KEYS, *_CALL_AMOUNTS)
     for params in _columns(names, rows):
         await executor.execute(_ADD_MODEL_CALLS, params)
 

@@ -82,6 +82,21 @@ def riders(claimed: ClaimedJob, *, retention: bool) -> dict[str, object]:
     return params
 
 
+async def finish(
+    conn: AsyncConnection, claimed: ClaimedJob, *, written: bool, retention: bool
+) -> bool:
+    """`complete_jobs` as the pipeline finishes a run: `written` a version (outcome and
+    version), with or without `retention` riding along."""
+    return await complete_jobs(
+        conn,
+        claimed,
+        outcome="updated" if written else "noop",
+        version=5 if written else None,
+        statement=FINISH_STATEMENTS[retention],
+        riders=riders(claimed, retention=retention),
+    )
+
+
 async def test_a_held_claim_is_completed_counted_and_pruned_in_one_statement(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], autocommit: AsyncConnection
 ) -> None:
@@ -89,14 +104,7 @@ async def test_a_held_claim_is_completed_counted_and_pruned_in_one_statement(
     [job_id] = await enqueue(sessions)
     claimed = await claim_one(engine)
 
-    assert await complete_jobs(
-        autocommit,
-        claimed,
-        outcome="updated",
-        version=5,
-        statement=FINISH_STATEMENTS[True],
-        riders=riders(claimed, retention=True),
-    )
+    assert await finish(autocommit, claimed, written=True, retention=True)
     async with engine.connect() as conn:
         job = (await conn.execute(select(JOBS).where(JOBS.c.id == job_id))).one()
     assert (job.status, job.outcome, job.version) == ("succeeded", "updated", 5)
@@ -118,24 +126,10 @@ async def test_a_lost_lease_writes_nothing_not_even_the_riders(
     first = await claim_one(engine, worker="w1", now=now)
     second = await claim_one(engine, worker="w2", now=now + timedelta(seconds=LEASE + 1))
 
-    assert not await complete_jobs(
-        autocommit,
-        first,
-        outcome="updated",
-        version=5,
-        statement=FINISH_STATEMENTS[retention],
-        riders=riders(first, retention=retention),
-    )
+    assert not await finish(autocommit, first, written=True, retention=retention)
     assert await counted(engine) == {}
     assert await versions(engine) == [1, 2, 3, 4, 5]
-    assert await complete_jobs(
-        autocommit,
-        second,
-        outcome="noop",
-        version=None,
-        statement=FINISH_STATEMENTS[False],
-        riders=riders(second, retention=False),
-    )
+    assert await finish(autocommit, second, written=False, retention=False)
     assert await counted(engine) == {"consolidations_updated": 1, "consolidations_offline": 1}
 
 
