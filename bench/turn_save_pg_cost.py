@@ -148,10 +148,14 @@ def new_turn(user: int) -> NewTurn:
     )
 
 
+def new_job(turn: NewTurn) -> NewJob:
+    """The consolidation job a turn-save queues for `turn`."""
+    return NewJob(CONSOLIDATION, consolidation_payload(str(turn.id), SPACE, None), 3)
+
+
 def arguments(user: int, names: Sequence[str]) -> list[object]:
     turn = new_turn(user)
-    payload = consolidation_payload(str(turn.id), SPACE, None)
-    common = repository.CommonTurn(turn, MESSAGES, NewJob(CONSOLIDATION, payload, 3), None, False)
+    common = repository.CommonTurn(turn, MESSAGES, new_job(turn), None, False)
     params = repository.common_turn_params(common, LIMITS)
     return [params[name] for name in names]
 
@@ -199,7 +203,7 @@ async def queue_one_job_per_user(
                 job,
                 user_id(user),
                 CONSOLIDATION,
-                orjson.dumps({"turn_id": str(job)}).decode(),
+                orjson.dumps({"turn_id": str(uuid.uuid4())}).decode(),  # an earlier turn's
             )
             for user, job in jobs.items()
         ],
@@ -222,8 +226,7 @@ async def write_block(
         turn = new_turn(user)
         params = turn_params(turn, MESSAGES) | {"folder_path": user_folder_path(turn.user_id)}
         if jobs is None:
-            payload = consolidation_payload(str(turn.id), SPACE, None)
-            params |= enqueue_params(NewJob(CONSOLIDATION, payload, 3))
+            params |= enqueue_params(new_job(turn))
         else:
             params |= coalesce_params(CoalescedItem(jobs[user], str(turn.id), 10 * n))
         row = await conn.fetchrow(sql, *[params[name] for name in names])
@@ -237,15 +240,15 @@ async def measure_joining(
 ) -> list[tuple[str, float]]:
     """Step 3: the write with a new job against the write appended to a queued job."""
     result = []
-    for name, fillfactor in (
-        ("a new job", 100),
-        ("appended to a queued job", 100),
-        ("appended to a queued job, jobs at fill factor 50", 50),
+    for name, appended, fillfactor in (
+        ("a new job", False, 100),
+        ("appended to a queued job", True, 100),
+        ("appended to a queued job, jobs at fill factor 50", True, 50),
     ):
         values = []
         for r in range(rounds):
             jobs = await queue_one_job_per_user(conn, users, fillfactor)
-            queued = None if name == "a new job" else jobs
+            queued = jobs if appended else None
             await write_block(conn, queued, n=50, users=users, start=n * rounds)  # warm
             values.append(await write_block(conn, queued, n=n, users=users, start=r * n))
         result.append((f"the write alone, {name}", statistics.median(values)))
