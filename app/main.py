@@ -46,11 +46,13 @@ from app.portability import router as portability_router
 from app.profiles import router as profiles_router
 from app.profiles.retention import memory_retention_steps
 from app.profiles.versions import VersionPolicy
+from app.quotas.limits import quota_limits
 from app.quotas.maintenance import quota_check_step
 from app.rate_limits import router as rate_limits_router
 from app.rate_limits import service as rate_limits_service
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
+from app.turns.batching import TurnBatcher
 from app.turns.repository import prune_idempotency_keys
 from app.ui import router as ui_router
 from app.usage import router as usage_router
@@ -78,6 +80,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(run_migrations, url)
     database = create_database(url, settings)
     app.state.database = database
+    app.state.turn_batcher = TurnBatcher(
+        database.driver.connection,
+        quota_limits(settings),
+        max_batch=settings.turn_batch_max,
+        in_flight=min(settings.turn_batch_in_flight, settings.db_hot_pool_size),
+        observe=app.state.metrics.turn_save_batch_turns.observe,
+    )
     # the one tiktoken wrapper: loads the offline encoding now, not at the first request
     app.state.tokens = TokenCounters()
     # turns saved and contexts served, counted in memory, written every USAGE_FLUSH_SECONDS

@@ -414,6 +414,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     # a hot-path pool of 48 (64 would exceed PostgreSQL's default 100 connections beside the
     # other servers): far fewer requests wait for a connection at c=64
     "hot-pool-48": {"DB_HOT_POOL_SIZE": "48"},
+    # no group commit: every common turn-save is a statement of its own (app/turns/batching.py)
+    "turn-batch-off": {"TURN_BATCH_MAX": "1"},
+    # group commit with one statement in flight: the largest batches
+    "turn-batch-1": {"TURN_BATCH_IN_FLIGHT": "1"},
     # every request verifies its token's signature again
     "no-token-cache": {"JWT_CACHE_SIZE": "0"},
     # no rate limit at all: "ours" minus the limiter's work, to measure what the limits cost
@@ -450,6 +454,8 @@ _POOL_SETTINGS = (
     "DB_HOT_POOL_SIZE",
     "JWT_CACHE_SIZE",
     "API_WORKERS",
+    "TURN_BATCH_MAX",
+    "TURN_BATCH_IN_FLIGHT",
 )
 
 
@@ -861,8 +867,9 @@ def render_variant_table(
     """Each extra instance of our service against the default one (same runs)."""
     lines = [
         "| call | c | variant | req/s ours → variant | ×req/s | ×p50 | ×p99 "
-        "| server CPU µs/req ours → variant | ×CPU | new PG conns/run ours → variant |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| server CPU µs/req ours → variant | ×CPU | database CPU µs/req ours → variant | ×DB "
+        "| new PG conns/run ours → variant |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for pair in setup.pairs:
         base = f"ours:{pair}"
@@ -871,7 +878,7 @@ def render_variant_table(
                 name = f"{variant}:{pair}"
                 if not (measurements.has(base, c) and measurements.has(name, c)):
                     continue
-                rps, p50, p99, cpu, conns = (
+                rps, p50, p99, cpu, conns, db = (
                     measurements.medians(name, base, c, metric) for metric in METRICS
                 )
                 lines.append(
@@ -879,6 +886,7 @@ def render_variant_table(
                     f"| {number(rps[1])} → {number(rps[0])} | **{ratio(*rps)}** "
                     f"| {ratio(*p50)} | {ratio(*p99)} "
                     f"| {number(cpu[1])} → {number(cpu[0])} | {ratio(*cpu)} "
+                    f"| {number(db[1])} → {number(db[0])} | {ratio(*db)} "
                     f"| {number(conns[1])} → {number(conns[0])} |"
                 )
     return "\n".join(lines) + "\n"

@@ -283,6 +283,12 @@ class Metrics:
             ["threshold"],
             registry=self.registry,
         )
+        self.turn_save_batch_turns = Histogram(
+            "turn_save_batch_turns",
+            "Turns written by each statement of the common turn-save (group commit)",
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        )
         self.usage_flush_failures = Counter(
             "usage_flush_failures_total",
             "Flushes of the in-memory usage counts (turns saved, contexts served) the database "

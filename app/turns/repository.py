@@ -74,6 +74,7 @@ from app.profiles.repository import (
 )
 from app.quotas.repository import MARK_COLUMNS, marks_params, stored_usage_of, under_marks_sql
 from app.quotas.rule import QuotaLimits, StoredUsage, WaitingJobs
+from app.turns.batch_sql import PER_TURN, common_turns_save
 
 # --- /context: ONE statement --------------------------------------------------------------------
 
@@ -351,14 +352,9 @@ together): the orchestrator's model when the space says so and the turn names on
 space's configured model (the default for a space never saved)."""
 
 
-def _common_turn_save(traced: bool) -> tuple[str, tuple[str, ...]]:
-    """The settings read of `select_turn_settings` (with the waiting jobs, without a record)
-    and the write of `write_turn` in one statement, the write gated in SQL by what the plan
-    would decide in the common cases: memory active with the folder there, no quota refusal
-    and room in the user's queue (a new job); or memory off for the turn (no job)."""
-    # constant fragments of their owners, never user input
-    return positional(f"""
-WITH settings AS MATERIALIZED (
+# The per-turn parts of the common turn-save, shared by its one-turn statement and its batch
+# statement (app/turns/batch_sql.py); constant fragments of their owners, never user input.
+SETTINGS_SELECT = f"""
     SELECT {ENABLEMENT_COLUMNS},
         EXISTS (SELECT 1 FROM folders fo
                 WHERE fo.company_id = :company_id AND fo.path = :folder_path)
@@ -366,18 +362,38 @@ WITH settings AS MATERIALIZED (
         {MARK_COLUMNS}, {WAITING_JOBS_COLUMNS}
     FROM (SELECT 1) AS one
     {ENABLEMENT_JOINS}
-    {WAITING_JOBS_JOINS}
-), decided AS MATERIALIZED (
-    SELECT {memory_enabled_sql("st")} AS queue, {CONSOLIDATION_MODEL_SQL} AS model,
-           st.user_folder_exists, st.waiting_jobs
-    FROM settings st
-    WHERE {under_marks_sql("st")}
-), gate AS MATERIALIZED (
-    SELECT d.queue, d.model FROM decided d
-    WHERE CASE WHEN d.queue
+    {WAITING_JOBS_JOINS}"""  # noqa: S608
+"""The settings read of `select_turn_settings` with the waiting jobs, without a record."""
+
+DECIDED_COLUMNS = f"""{memory_enabled_sql("st")} AS queue, {CONSOLIDATION_MODEL_SQL} AS model,
+           st.user_folder_exists, st.waiting_jobs"""
+"""Over the settings row `st`: memory active (`queue`) and the consolidation's model."""
+UNDER_MARKS = under_marks_sql("st")
+"""Over the settings row `st`: no quota mark refuses the caller."""
+
+GATE_WHERE = """CASE WHEN d.queue
                THEN d.user_folder_exists
                     AND (CAST(:waiting_quota AS int) = 0 OR d.waiting_jobs < :waiting_quota)
-               ELSE NOT CAST(:refuse_skipped AS boolean) END
+               ELSE NOT CAST(:refuse_skipped AS boolean) END"""
+"""Over the decided row `d`: the common cases, a new job (the folder there, room in the queue)
+or no job (memory off, unless a skipped turn must not be written)."""
+
+
+def _common_turn_save(traced: bool) -> tuple[str, tuple[str, ...]]:
+    """The settings read of `select_turn_settings` (with the waiting jobs, without a record)
+    and the write of `write_turn` in one statement, the write gated in SQL by what the plan
+    would decide in the common cases: memory active with the folder there, no quota refusal
+    and room in the user's queue (a new job); or memory off for the turn (no job)."""
+    # constant fragments of their owners, never user input
+    return positional(f"""
+WITH settings AS MATERIALIZED ({SETTINGS_SELECT}
+), decided AS MATERIALIZED (
+    SELECT {DECIDED_COLUMNS}
+    FROM settings st
+    WHERE {UNDER_MARKS}
+), gate AS MATERIALIZED (
+    SELECT d.queue, d.model FROM decided d
+    WHERE {GATE_WHERE}
 ){turn_locks_after("gate")}
 , queue_locks AS MATERIALIZED (SELECT 1 FROM turn_locks, gate WHERE gate.queue)
 , held AS MATERIALIZED ({user_folder_key_share("queue_locks")}
@@ -443,6 +459,60 @@ async def save_common_turn(
     settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
     gated, written = row["queued"] is not None, bool(row["planned"])
     return CommonTurnSave(settings, gated, written, written and bool(row["queued"]))
+
+
+_COMMON_TURNS_SAVE = common_turns_save(
+    SETTINGS_SELECT,
+    DECIDED_COLUMNS,
+    UNDER_MARKS,
+    GATE_WHERE,
+    payload_merge="jsonb_build_object('model', g.model)",
+)
+
+
+async def save_common_turns(
+    conn: asyncpg.Connection, commons: Sequence[CommonTurn], *, limits: QuotaLimits
+) -> list[CommonTurnSave]:
+    """`save_common_turn` for each of `commons`, in ONE statement (app/turns/batch_sql.py): each
+    turn read, decided and written as its own statement would, all committed together; the
+    results in the same order. The turns' jobs must share their kind and attempts."""
+    sql, names = _COMMON_TURNS_SAVE
+    params = common_turns_params(commons, limits)
+    rows = await conn.fetch(sql, *[params[name] for name in names])
+    with_waiting = limits.user_queued_jobs > 0
+    return [
+        CommonTurnSave(
+            _settings_of(row, with_record=False, with_waiting=with_waiting),
+            row["queued"] is not None,
+            bool(row["planned"]),
+            bool(row["planned"]) and bool(row["queued"]),
+        )
+        for row in rows
+    ]
+
+
+_MESSAGE_PARAMS = ("roles", "contents", "sources")
+
+
+def common_turns_params(commons: Sequence[CommonTurn], limits: QuotaLimits) -> dict[str, object]:
+    """The arguments of `save_common_turns`' statement, by name: each per-turn parameter of the
+    one-turn statement as an array over the turns, the messages flattened with their turn's
+    position (from 1), and the parameters every turn shares bound once."""
+    each = [common_turn_params(common, limits) for common in commons]
+    own = {*PER_TURN, *_MESSAGE_PARAMS}
+    shared = {name: value for name, value in each[0].items() if name not in own}
+    for params in each[1:]:
+        if any(params[name] != value for name, value in shared.items()):
+            raise ValueError("the turns of a batch must share every parameter but their own")
+    batch: dict[str, object] = {f"batch_{name}": [p[name] for p in each] for name in PER_TURN}
+    batch["batch_message_turns"] = [
+        position
+        for position, p in enumerate(each, start=1)
+        for _ in p["roles"]  # type: ignore[attr-defined]
+    ]
+    for name in _MESSAGE_PARAMS:
+        batch[f"batch_{name}"] = [value for p in each for value in p[name]]  # type: ignore[attr-defined]
+    return shared | batch
 
 
 def common_turn_params(common: CommonTurn, limits: QuotaLimits) -> dict[str, object]:

@@ -23,6 +23,7 @@ from app.kit.tracing import current_traceparent
 from app.rate_limits.dependency import lean_provider, rate_limited, remember_principal
 from app.rate_limits.policy import RouteClass
 from app.turns import context, idempotency, save
+from app.turns.batching import TurnBatcher
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
 from app.usage.meter import UsageMeterDep, usage_meter
 
@@ -36,6 +37,11 @@ async def _settings(request: Request) -> Settings:
 
 async def _database(request: Request) -> Database:
     return database(request)
+
+
+async def _batcher(request: Request) -> TurnBatcher:
+    batcher: TurnBatcher = request.app.state.turn_batcher
+    return batcher
 
 
 async def _tokens(request: Request) -> TokenCounters:
@@ -80,6 +86,7 @@ class TurnRoute(LeanRoute):
         _settings: _settings,
         _database: _database,
         _tokens: _tokens,
+        _batcher: _batcher,
         _idempotency_key: _idempotency_key,
         usage_meter: usage_meter,
         limit_context: lean_provider(RouteClass.CONTEXT),
@@ -92,6 +99,7 @@ router = APIRouter(tags=[ORCHESTRATOR], route_class=TurnRoute)
 SettingsDep = Annotated[Settings, Depends(_settings)]
 DatabaseDep = Annotated[Database, Depends(_database)]
 TokensDep = Annotated[TokenCounters, Depends(_tokens)]
+BatcherDep = Annotated[TurnBatcher, Depends(_batcher)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
 
@@ -213,11 +221,12 @@ async def save_turn(
     settings: SettingsDep,
     idempotency_key: IdempotencyKeyDep,
     meter: UsageMeterDep,
+    batcher: BatcherDep,
 ) -> Response:
     submission = save.TurnSubmission(
         principal, chat_id, body, idempotency_key, trace_parent=current_traceparent()
     )
-    outcome = await save.save_turn(db, submission, settings=settings)
+    outcome = await save.save_turn(db, submission, settings=settings, batcher=batcher)
     meter.turn_saved(principal.company_id, replayed=outcome.replayed)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(

@@ -61,6 +61,7 @@ from app.quotas.rule import (
     users_with_memory_skip_reason,
 )
 from app.turns import idempotency, repository
+from app.turns.batching import ALONE, TurnBatcher
 from app.turns.plan import plan_turn, saved_messages, skip_reason
 from app.turns.repository import TurnWrite
 from app.turns.schemas import TurnRequest
@@ -103,7 +104,11 @@ class TurnSubmission:
 
 
 async def save_turn(
-    database: Database, submission: TurnSubmission, *, settings: Settings
+    database: Database,
+    submission: TurnSubmission,
+    *,
+    settings: Settings,
+    batcher: TurnBatcher | None = None,
 ) -> TurnOutcome:
     """Save the turn and queue its consolidation (202), or say why it was skipped (201).
 
@@ -111,6 +116,9 @@ async def save_turn(
     a live record with the same request hash -> that response replayed, nothing written; with
     another hash -> 422. Otherwise the work is done and its response stored with the key, in the
     same transaction, so a replay can never see a turn that was rolled back.
+
+    Without a key, the one statement of a common turn-save goes through `batcher` when given:
+    written with the turn-saves of concurrent requests (app/turns/batching.py).
     """
     request = submission.request
     check_message_limits(
@@ -119,12 +127,22 @@ async def save_turn(
         placeholder_history=request.placeholder_history,
         texts=[("response.content", request.response.content)],
     )
-    async with database.driver.connection() as conn:
-        # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
-        keyed = submission.idempotency_key is not None
-        async with conn.transaction() if keyed else contextlib.nullcontext():
-            services = _Services(database, settings, quota_limits(settings))
-            return await _save(conn, services, submission)
+    services = _Services(database, settings, quota_limits(settings))
+    keyed = submission.idempotency_key is not None
+    common: _CommonOutcome | None = None
+    if not keyed and batcher is not None:
+        turn = _common_turn(services, submission)
+        done = await batcher.save(turn)
+        if done is not ALONE:
+            common = _common_outcome(submission, turn, done)
+            if isinstance(common, TurnOutcome):
+                return common
+    # without a key the write is one statement, atomic on its own: no BEGIN/COMMIT
+    async with (
+        database.driver.connection() as conn,
+        conn.transaction() if keyed else contextlib.nullcontext(),
+    ):
+        return await _save(conn, services, submission, common)
 
 
 @dataclass(frozen=True)
@@ -136,9 +154,17 @@ class _Services:
     limits: QuotaLimits
 
 
+_CommonOutcome = TurnOutcome | Literal[TurnWrite.PLAN_AGAIN] | repository.TurnSettingsRow
+
+
 async def _save(
-    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission
+    conn: asyncpg.Connection,
+    services: _Services,
+    submission: TurnSubmission,
+    common: _CommonOutcome | None = None,
 ) -> TurnOutcome:
+    """`common`: what the one-statement attempt of a turn without a key answered, when it was
+    made already (through the batcher); without a key and without it, it is made here."""
     principal, key = submission.principal, submission.idempotency_key
     # inside the caller's transaction: the lock lasts until COMMIT
     if key is not None and not await repository.try_lock_idempotency_key(
@@ -151,7 +177,10 @@ async def _save(
     erased = queue_plans = 0
     read: repository.TurnSettingsRow | None = None
     if key is None:
-        common = await _save_common(conn, services, submission)
+        if common is None:
+            turn = _common_turn(services, submission)
+            done = await repository.save_common_turn(conn, turn, limits=services.limits)
+            common = _common_outcome(submission, turn, done)
         if isinstance(common, TurnOutcome):
             return common
         if isinstance(common, repository.TurnSettingsRow):
@@ -183,39 +212,43 @@ class Queue(Enum):
     ANYWAY = "a new job whatever the count (no quota, or the last plan)"
 
 
-async def _save_common(
-    conn: asyncpg.Connection, services: _Services, submission: TurnSubmission
-) -> TurnOutcome | Literal[TurnWrite.PLAN_AGAIN] | repository.TurnSettingsRow:
-    """The turn saved in ONE statement when its plan is a common one (see
+def _common_turn(services: _Services, submission: TurnSubmission) -> repository.CommonTurn:
+    """The turn as the one statement of a common turn-save writes it (see
     `repository.save_common_turn`): memory active for a user with a folder, under the quotas
-    and with room in the queue (202, a new job), or memory off for the turn (201). Else what
-    the general plan starts from: the settings read in the same statement; or `PLAN_AGAIN`
-    when the statement found the user's memory folder deleted meanwhile.
+    and with room in the queue (202, a new job), or memory off for the turn (201).
 
     The SQL gate and the Python plan decide alike (a test holds `memory_enabled_sql` to
     `effective_enablement` and the payload's model to `consolidation_model` over every
     combination of their inputs); the answer is built from what the statement read.
     """
-    principal, request = submission.principal, submission.request
-    settings = services.settings
+    request = submission.request
     turn, messages = _new_rows(submission, saved_messages(request))
     job = NewJob(
         CONSOLIDATION,
         consolidation_payload(str(turn.id), request.space_id, None),
-        settings.job_max_attempts,
+        services.settings.job_max_attempts,
         trace_parent=submission.trace_parent,
     )
-    common = repository.CommonTurn(
+    return repository.CommonTurn(
         turn, messages, job, request.language_model, submission.refuse_skipped
     )
-    done = await repository.save_common_turn(conn, common, limits=services.limits)
+
+
+def _common_outcome(
+    submission: TurnSubmission, common: repository.CommonTurn, done: repository.CommonTurnSave
+) -> _CommonOutcome:
+    """The answer when the one statement wrote the turn; else what the general plan starts
+    from: the settings read in the same statement, or `PLAN_AGAIN` when the statement found the
+    user's memory folder deleted meanwhile."""
     if not done.written:
         return TurnWrite.PLAN_AGAIN if done.gated else done.settings
+    turn = common.turn
     skipped = None if done.queued else skip_reason(done.settings.settings)
     if skipped is None and not done.queued:
-        raise RuntimeError(f"turn {turn.id} of {principal.user_id}: skipped without a reason")
-    job_id = job.id if done.queued else None
-    body = turn_saved_json(turn.id, len(messages), job_id=job_id, skipped_reason=skipped)
+        user = submission.principal.user_id
+        raise RuntimeError(f"turn {turn.id} of {user}: skipped without a reason")
+    job_id = common.job.id if done.queued else None
+    body = turn_saved_json(turn.id, len(common.messages), job_id=job_id, skipped_reason=skipped)
     return TurnOutcome(QUEUED if done.queued else SKIPPED, body, replayed=False)
 
 
