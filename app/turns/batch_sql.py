@@ -32,7 +32,6 @@ from typing import Final
 from app.kit.db import positional
 
 PER_TURN: Final = (
-    "company_id",
     "user_id",
     "space_id",
     "chat_id",
@@ -49,8 +48,10 @@ PER_TURN: Final = (
     "job_trace_parent",
 )
 """The parameters of the single statement that differ from turn to turn: in the batch, columns of
-its input rows. Every other parameter is the same for every turn of a process (flags' names,
-limits, the job's kind and attempts, the default model) and stays bound once."""
+its input rows. Every other parameter is the same for every turn of a batch and stays bound once:
+the company (a batch holds the turns of one company, so that every table it touches is pinned to
+one company, as on a cluster distributed by company, docs/scaling.md), and what is the same for
+every turn of a process (flags' names, limits, the job's kind and attempts, the default model)."""
 
 _ARRAY_TYPES: Final = {
     "refuse_skipped": "boolean[]",
@@ -118,7 +119,7 @@ def common_turns_save(
     SELECT count(*) AS turns FROM turn_locks
 ), held AS MATERIALIZED (
     SELECT g.ord FROM gate g JOIN input i ON i.ord = g.ord
-    JOIN folders fo ON fo.company_id = i.company_id AND fo.path = i.folder_path
+    JOIN folders fo ON fo.company_id = :company_id AND fo.path = i.folder_path
     WHERE g.queue AND (SELECT turns FROM locked) > 0
     FOR KEY SHARE OF fo
 ), planned AS MATERIALIZED (
@@ -126,20 +127,20 @@ def common_turns_save(
     UNION ALL SELECT ord FROM held
 ), turn AS (
     INSERT INTO turns (company_id, id, user_id, chat_id, space_id, history_mode, language_model)
-    SELECT i.company_id, i.turn_id, i.user_id, i.chat_id, i.space_id, i.history_mode,
+    SELECT :company_id, i.turn_id, i.user_id, i.chat_id, i.space_id, i.history_mode,
            i.language_model
     FROM planned p JOIN input i ON i.ord = p.ord
 ), message AS (
     INSERT INTO chat_messages
         (company_id, user_id, chat_id, turn_id, role, content, source)
-    SELECT i.company_id, i.user_id, i.chat_id, i.turn_id, bm.role, bm.content, bm.source
+    SELECT :company_id, i.user_id, i.chat_id, i.turn_id, bm.role, bm.content, bm.source
     FROM planned p JOIN input i ON i.ord = p.ord JOIN batch_messages bm ON bm.ord = p.ord
     ORDER BY p.ord, bm.position
 ), job AS (
     INSERT INTO jobs
         (company_id, id, user_id, kind, status, payload, attempts, max_attempts,
          created_at, trace_context)
-    SELECT i.company_id, i.job_id, i.user_id, :job_kind, 'queued',
+    SELECT :company_id, i.job_id, i.user_id, :job_kind, 'queued',
            CAST(i.job_payload AS jsonb) || {payload_merge}, 0, :job_max_attempts,
            clock_timestamp(),
            CASE WHEN i.job_trace_parent IS NOT NULL THEN ARRAY[i.job_trace_parent] END

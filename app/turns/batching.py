@@ -5,8 +5,10 @@ A turn-save's database cost is mostly fixed per statement (docs/benchmarks.md): 
 at a time, a turn costs about half the database CPU it costs alone. The batcher adds no wait of
 its own: a turn handed in while fewer than `TURN_BATCH_IN_FLIGHT` statements of this process
 are running goes at once (alone, in the one-turn statement); only while they all run do turns
-gather, and the next statement to start takes all of them (up to `TURN_BATCH_MAX`). So batches
-form exactly when the database is the bottleneck, and grow with the load.
+gather, and the next statement to start takes the longest-waiting one and the others of its
+company (up to `TURN_BATCH_MAX`). So batches form exactly when the database is the bottleneck,
+and grow with the load. A batch holds one company's turns: every table its statement touches is
+pinned to that company, as on a cluster distributed by company (docs/scaling.md).
 
 A batch is one transaction: all its turns are written, or none. When its statement fails, each
 of its turns is written again on its own by its own request (`ALONE`), so a failure is met only
@@ -80,13 +82,24 @@ class TurnBatcher:
 
     def _start(self) -> None:
         while self._waiting and len(self._running) < self._max_in_flight:
-            count = min(self._max_batch, len(self._waiting))
-            batch = [self._waiting.popleft() for _ in range(count)]
+            batch = self._next_batch()
             if self.observe is not None:
-                self.observe(count)
+                self.observe(len(batch))
             task = asyncio.create_task(self._write(batch))
             self._running.add(task)
             task.add_done_callback(self._finished)
+
+    def _next_batch(self) -> list[_Waiting]:
+        """The longest-waiting turn and those of its company handed in after it, up to the
+        limit; the others keep their places."""
+        company = self._waiting[0].turn.turn.company_id
+        batch: list[_Waiting] = []
+        others: list[_Waiting] = []
+        while self._waiting and len(batch) < self._max_batch:
+            waiting = self._waiting.popleft()
+            (batch if waiting.turn.turn.company_id == company else others).append(waiting)
+        self._waiting.extendleft(reversed(others))
+        return batch
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)

@@ -49,13 +49,14 @@ def _turn(
     user_id: str,
     chat_id: str,
     *,
+    company: str = COMPANY,
     space_id: str = SPACE,
     model: str | None = None,
     traced: bool = False,
     refuse_skipped: bool = False,
     role: Role = Role.USER,
 ) -> repository.CommonTurn:
-    turn = NewTurn(uuid.uuid4(), COMPANY, user_id, chat_id, space_id, "auto", model)
+    turn = NewTurn(uuid.uuid4(), company, user_id, chat_id, space_id, "auto", model)
     messages = [
         NewMessage(role, f"{user_id} says hi", "request"),
         NewMessage(Role.ASSISTANT, f"hello {user_id}", "response"),
@@ -287,6 +288,46 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
             await repository.save_common_turn(conn, bad, limits=QuotaLimits())
     stored = await rows(app, "SELECT user_id, chat_id FROM turns WHERE chat_id <> 'chat-0'")
     assert sorted((r.user_id, r.chat_id) for r in stored) == [("u-a", "chat-1"), ("u-a", "chat-2")]
+
+
+async def test_a_batch_holds_the_turns_of_one_company(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
+) -> None:
+    """Turns of two companies handed in together are written in one batch per company (every
+    table the statement touches pinned to one company), the longest-waiting company first; a
+    batch of two companies is refused before anything is sent."""
+    for company in (COMPANY, "beta"):
+        await enable_company(client, auth, company)
+        await save_turn(client, auth, "chat-0", [user("Hi.")], "Hi.", sub="u-a", company=company)
+    held = asyncio.Event()
+
+    @asynccontextmanager
+    async def slow_first(conn_source: Any = app.state.database.driver.connection) -> Any:
+        async with conn_source() as conn:
+            await held.wait()
+            yield conn
+
+    batches: list[int] = []
+    batcher = TurnBatcher(slow_first, QuotaLimits(), max_batch=8, in_flight=1)
+    batcher.observe = batches.append
+    lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))
+    await asyncio.sleep(0.05)
+    companies = ["beta", COMPANY, "beta", COMPANY, "beta"]
+    saving = [
+        asyncio.create_task(batcher.save(_turn("u-a", f"chat-{n}", company=company)))
+        for n, company in enumerate(companies, start=2)
+    ]
+    await asyncio.sleep(0.05)
+    held.set()
+    results = [await lone] + [await task for task in saving]
+    assert all(r is not ALONE and r.written and r.queued for r in results)
+    assert batches == [1, 3, 2]
+    stored = await rows(app, "SELECT company_id, count(*) AS n FROM turns GROUP BY company_id")
+    assert {(r.company_id, r.n) for r in stored} == {(COMPANY, 4), ("beta", 4)}
+    async with _connected(app) as conn:
+        mixed = [_turn("u-a", "chat-9"), _turn("u-a", "chat-9", company="beta")]
+        with pytest.raises(ValueError, match="share every parameter"):
+            await repository.save_common_turns(conn, mixed, limits=QuotaLimits())
 
 
 async def test_a_lone_turn_meets_its_own_error(database_url: str) -> None:
