@@ -27,10 +27,12 @@ class Job(Base):
             "status IN ('queued', 'running', 'retrying', 'succeeded', 'dead')", name="status"
         ),
         CheckConstraint("outcome IS NULL OR outcome IN ('noop', 'updated')", name="outcome"),
+        # the claim's order; `run_after IS NOT NULL` (always true) keeps any other query of
+        # waiting jobs off it: only the claim's `run_after <= now()` proves it (migration 0011)
         Index(
             "ix_jobs_claimable",
             "run_after",
-            postgresql_where=text("status IN ('queued', 'retrying')"),
+            postgresql_where=text("status IN ('queued', 'retrying') AND run_after IS NOT NULL"),
         ),
         Index("ix_jobs_owner_status", "company_id", "user_id", "status"),
         # an owner's waiting jobs of a kind: the quota's count and the coalescing target

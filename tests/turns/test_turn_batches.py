@@ -383,3 +383,42 @@ async def test_a_flood_of_turn_saves_is_written_in_batches_no_larger_than_the_li
             assert question.turn_id == answer.turn_id
             n = question.content.removeprefix("message ")
             assert answer.content == f"answer {n}"
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_a_turn_save_counts_the_users_waiting_jobs_over_the_owners_index(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str, plan_mode: str
+) -> None:
+    """After a VACUUM that found the queue empty the planner believes every partial index of
+    waiting jobs empty; with a backlog queued since, the count of the user's waiting jobs (in the
+    one-turn and in the batch statement, planned for its values or generic) must still read the
+    owner's index, not every waiting job of every company through the claim's."""
+    await enable_company(client, auth)
+    await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub="u-a")
+    conn = await _connect(database_url)
+    try:
+        insert = (
+            "INSERT INTO jobs (company_id, id, user_id, kind, status, payload, attempts,"
+            " max_attempts) SELECT $1, gen_random_uuid(), 'backlog-' || n % 500, 'consolidation',"
+            " $2, '{}', 0, 3 FROM generate_series(1, $3) n"
+        )
+        await conn.execute(insert, COMPANY, "queued", 20_000)  # a drained backlog, as after a run
+        await conn.execute("UPDATE jobs SET status = 'succeeded'")
+        await conn.execute("VACUUM ANALYZE jobs")
+        await conn.execute(insert, COMPANY, "queued", 2_000)
+        await conn.execute(f"SET plan_cache_mode = {plan_mode}")
+        one = _turn("u-a", "chat-1")
+        single_sql, single_names = repository._COMMON_TURN_SAVE[False]
+        single = repository.common_turn_params(one, LIMITS)
+        batch_sql, batch_names = repository._COMMON_TURNS_SAVE
+        batch = repository.common_turns_params([one, _turn("u-a", "chat-2")], LIMITS)
+        for sql, names, params in (
+            (single_sql, single_names, single),
+            (batch_sql, batch_names, batch),
+        ):
+            explain = await conn.prepare(f"EXPLAIN {sql}")
+            plan = "\n".join(r[0] for r in await explain.fetch(*[params[n] for n in names]))
+            assert "ix_jobs_waiting_owner on jobs wj" in plan, plan
+            assert "ix_jobs_claimable" not in plan, plan
+    finally:
+        await conn.close()
