@@ -420,12 +420,24 @@ class CommonTurnSave:
     """What `save_common_turn` read and did. `written`: the turn and its messages were stored,
     with a new job when `queued`. Else `gated` says whether the statement tried (and found the
     memory folder gone meanwhile: plan again), or left the turn to the general plan, which
-    starts from `settings` (read in the same statement)."""
+    starts from `settings` (read in the same statement). `settings` is None only for a turn
+    written with its job: nothing more is decided from them."""
 
-    settings: TurnSettingsRow
+    settings: TurnSettingsRow | None
     gated: bool
     written: bool
     queued: bool
+
+    @classmethod
+    def of(cls, row: asyncpg.Record, limits: QuotaLimits) -> CommonTurnSave:
+        """The answer of a row of the one-turn or the batch statement."""
+        gated, written = row["queued"] is not None, bool(row["planned"])
+        queued = written and bool(row["queued"])
+        with_waiting = limits.user_queued_jobs > 0
+        settings = (
+            None if queued else _settings_of(row, with_record=False, with_waiting=with_waiting)
+        )
+        return cls(settings, gated, written, queued)
 
 
 @dataclass(frozen=True)
@@ -456,9 +468,7 @@ async def save_common_turn(
     sql, names = _COMMON_TURN_SAVE[common.job.trace_parent is not None]
     params = common_turn_params(common, limits)
     row = await conn.fetchrow(sql, *[params[name] for name in names])
-    settings = _settings_of(row, with_record=False, with_waiting=limits.user_queued_jobs > 0)
-    gated, written = row["queued"] is not None, bool(row["planned"])
-    return CommonTurnSave(settings, gated, written, written and bool(row["queued"]))
+    return CommonTurnSave.of(row, limits)
 
 
 _COMMON_TURNS_SAVE = common_turns_save(
@@ -479,16 +489,7 @@ async def save_common_turns(
     sql, names = _COMMON_TURNS_SAVE
     params = common_turns_params(commons, limits)
     rows = await conn.fetch(sql, *[params[name] for name in names])
-    with_waiting = limits.user_queued_jobs > 0
-    return [
-        CommonTurnSave(
-            _settings_of(row, with_record=False, with_waiting=with_waiting),
-            row["queued"] is not None,
-            bool(row["planned"]),
-            bool(row["planned"]) and bool(row["queued"]),
-        )
-        for row in rows
-    ]
+    return [CommonTurnSave.of(row, limits) for row in rows]
 
 
 _MESSAGE_PARAMS = ("roles", "contents", "sources")

@@ -241,12 +241,18 @@ def _common_outcome(
     from: the settings read in the same statement, or `PLAN_AGAIN` when the statement found the
     user's memory folder deleted meanwhile."""
     if not done.written:
-        return TurnWrite.PLAN_AGAIN if done.gated else done.settings
+        if done.gated:
+            return TurnWrite.PLAN_AGAIN
+        if done.settings is None:
+            raise RuntimeError("a turn left to the general plan comes with its settings")
+        return done.settings
     turn = common.turn
-    skipped = None if done.queued else skip_reason(done.settings.settings)
-    if skipped is None and not done.queued:
-        user = submission.principal.user_id
-        raise RuntimeError(f"turn {turn.id} of {user}: skipped without a reason")
+    skipped = None
+    if not done.queued:
+        skipped = None if done.settings is None else skip_reason(done.settings.settings)
+        if skipped is None:
+            user = submission.principal.user_id
+            raise RuntimeError(f"turn {turn.id} of {user}: skipped without a reason")
     job_id = common.job.id if done.queued else None
     body = turn_saved_json(turn.id, len(common.messages), job_id=job_id, skipped_reason=skipped)
     return TurnOutcome(QUEUED if done.queued else SKIPPED, body, replayed=False)

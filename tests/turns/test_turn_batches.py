@@ -25,7 +25,7 @@ from app.conversations.modes import Role
 from app.conversations.repository import NewMessage, NewTurn, chat_lock_key
 from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.jobs.enqueue import NewJob
-from app.quotas.rule import QuotaLimits
+from app.quotas.rule import QuotaLimits, WaitingJobs
 from app.turns import repository
 from app.turns.batching import ALONE, TurnBatcher
 from tests.helpers.apps import COMPANY, SPACE, AuthFactory, client_of
@@ -154,7 +154,14 @@ def _batch() -> list[repository.CommonTurn]:
 
 def _decided(done: repository.CommonTurnSave) -> repository.CommonTurnSave:
     """What a turn-save decided, read and wrote, but for its count of the waiting jobs."""
+    if done.settings is None:
+        return done
     return replace(done, settings=replace(done.settings, waiting=None))
+
+
+def _settings(done: repository.CommonTurnSave) -> repository.TurnSettingsRow:
+    assert done.settings is not None
+    return done.settings
 
 
 async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
@@ -173,10 +180,9 @@ async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
     # counts the jobs the turns before it queued, the batch counts what was there before it
     assert [_decided(r) for r in together] == [_decided(r) for r in alone]
     assert written_together == written_alone
-    waiting_alone = [r.settings.waiting.count for r in alone if r.settings.waiting]
-    waiting_together = [r.settings.waiting.count for r in together if r.settings.waiting]
-    assert waiting_alone[:3] == [1, 2, 3]
-    assert waiting_together[:3] == [1, 1, 1]
+    assert _settings(alone[3]).waiting == WaitingJobs(4, None)  # u-on's 1 and 3 more before
+    assert _settings(together[3]).waiting == WaitingJobs(1, None)
+    assert [r.settings is None for r in together] == [r.queued for r in together]
     outcomes = [(r.gated, r.written, r.queued) for r in together]
     assert outcomes == [
         (True, True, True),
@@ -190,11 +196,11 @@ async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
         (False, False, False),
         (True, True, True),
     ]
-    assert not together[6].settings.user_folder_exists
-    waiting = together[7].settings.waiting
+    assert not _settings(together[6]).user_folder_exists
+    waiting = _settings(together[7]).waiting
     assert waiting is not None
     assert waiting.count == 6
-    assert together[8].settings.usage.user_history_messages == 11
+    assert _settings(together[8]).usage.user_history_messages == 11
     turn_rows, messages, jobs = written_together
     assert sorted(turn_rows) == [0, 1, 2, 3, 5, 9]
     assert [m[0] for m in messages] == [0, 0, 1, 1, 2, 2, 3, 3, 5, 5, 9, 9]  # each turn whole
