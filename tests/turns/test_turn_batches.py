@@ -430,12 +430,12 @@ async def test_a_turn_save_counts_the_users_waiting_jobs_over_the_owners_index(
         await conn.close()
 
 
-async def test_a_second_statement_starts_beside_a_running_one_with_a_full_batch(
+async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_batch(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
-    """While a statement runs, the turns handed in wait for it, until `TURN_BATCH_MAX` of them
-    wait: then a second one goes beside it (here the first waits as a statement stuck behind a
-    lock would), as long as `TURN_BATCH_IN_FLIGHT` allows."""
+    """While a statement runs, the turns handed in wait for it, until a quarter of
+    `TURN_BATCH_MAX` of them wait: then a second one goes beside it (here the first waits as a
+    statement stuck behind a lock would), as long as `TURN_BATCH_IN_FLIGHT` allows."""
     await enable_company(client, auth)
     await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub="u-a")
     held = asyncio.Event()
@@ -451,13 +451,13 @@ async def test_a_second_statement_starts_beside_a_running_one_with_a_full_batch(
             yield conn
 
     batches: list[int] = []
-    batcher = TurnBatcher(first_held, QuotaLimits(), max_batch=2, in_flight=2)
+    batcher = TurnBatcher(first_held, QuotaLimits(), max_batch=8, in_flight=2)
     batcher.observe = batches.append
     saving = [asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))]
     await asyncio.sleep(0.05)
     saving.append(asyncio.create_task(batcher.save(_turn("u-a", "chat-2"))))
     await asyncio.sleep(0.05)
-    assert batches == [1]  # one turn waits: less than a full batch
+    assert batches == [1]  # one turn waits: less than a quarter batch
     saving.append(asyncio.create_task(batcher.save(_turn("u-a", "chat-3"))))
     done, _ = await asyncio.wait(saving[1:], timeout=5)
     assert batches == [1, 2]
