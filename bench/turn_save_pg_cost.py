@@ -16,7 +16,9 @@ database `cms_pg_cost`, seeds it as `make bench` seeds ours (bench/seed.py), and
    gate, no lock). In alternating blocks of `--block` turn-saves spread over the users; before
    each block the queue is emptied and vacuumed;
 2. the statement as sent, 1, 4 and 16 turn-saves to a transaction (BEGIN ... COMMIT around
-   them): what a commit of its own costs each turn-save on one connection;
+   them): what a commit of its own costs each turn-save on one connection; and the batch
+   statement of the group commit (`repository.save_common_turns`), 1, 4, 8, 16 and 32 turns to a
+   statement, per turn;
 3. the write alone (`write_turn`'s statement, no settings read), queuing a new job against
    appending the turn to a queued job of its user (the coalescing past the quota of waiting
    jobs): one queued job per user before each block, in a `jobs` table at its default fill
@@ -78,6 +80,7 @@ CHECKS = (
 )
 SECONDARY_JOB_INDEXES = ("ix_jobs_claimable", "ix_jobs_owner_status", "ix_jobs_company_created")
 PER_COMMIT = (1, 4, 16)
+PER_BATCH = (1, 4, 8, 16, 32)
 MESSAGES = (NewMessage(Role.USER, TEXT, "request"), NewMessage(Role.ASSISTANT, TEXT, "response"))
 LIMITS = QuotaLimits(user_queued_jobs=20, job_max_turns=25)
 
@@ -183,6 +186,26 @@ async def block(
         async with conn.transaction() if per_commit > 1 else contextlib.nullcontext():
             for user in users_of:
                 await conn.fetchrow(sql, *arguments(user, names))
+    return (backend_cpu_seconds(pid) - before) * 1e6 / n
+
+
+async def batch_block(
+    conn: asyncpg.Connection, *, n: int, users: int, start: int, size: int
+) -> float:
+    """Backend CPU µs per turn over `n` turn-saves from an empty, vacuumed queue, written `size`
+    to a statement by the group commit's batch statement."""
+    pid = conn.get_server_pid()
+    await conn.execute("DELETE FROM jobs")
+    await conn.execute("VACUUM jobs")
+    before = backend_cpu_seconds(pid)
+    for first in range(0, n, size):
+        commons = []
+        for i in range(first, min(n, first + size)):
+            turn = new_turn(1 + (start + i * 7919) % users)
+            commons.append(repository.CommonTurn(turn, MESSAGES, new_job(turn), None, False))
+        saved = await repository.save_common_turns(conn, commons, limits=LIMITS)
+        if not all(done.queued for done in saved):
+            raise RuntimeError("a turn of the batch was not written with its job")
     return (backend_cpu_seconds(pid) - before) * 1e6 / n
 
 
@@ -295,6 +318,15 @@ async def measure(dsn: str, users: int, n: int, rounds: int) -> list[tuple[str, 
         result += [
             (f"as sent, {size} to a transaction", statistics.median(values))
             for size, values in commits.items()
+        ]
+        batches: dict[int, list[float]] = {size: [] for size in PER_BATCH}
+        for r in range(rounds):
+            for size in PER_BATCH:
+                value = await batch_block(conn, n=n, users=users, start=r * n, size=size)
+                batches[size].append(value)
+        result += [
+            (f"the batch statement, {size} to a statement, per turn", statistics.median(values))
+            for size, values in batches.items()
         ]
         result += await measure_joining(conn, users, n, rounds)
         for table, check in CHECKS:
