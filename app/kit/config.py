@@ -106,9 +106,10 @@ class Settings(BaseSettings):
     # asyncpg connections of the two calls of every chat turn, opened on demand (app/kit/db.py)
     db_hot_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
-    # Group commit of the common turn-save (app/turns/batching.py): turn-saves handed in while
-    # TURN_BATCH_IN_FLIGHT statements of the process run are written together, up to
-    # TURN_BATCH_MAX to a statement (1: each turn alone, as with an Idempotency-Key).
+    # Group commit of the common turn-save (app/turns/batching.py): turn-saves handed in while a
+    # turn-save statement of the process runs are written together, up to TURN_BATCH_MAX to a
+    # statement (1: each turn alone, as with an Idempotency-Key); up to TURN_BATCH_IN_FLIGHT
+    # statements at once, a second one once a quarter of TURN_BATCH_MAX turns wait.
     turn_batch_max: int = Field(default=32, ge=1, le=1000)
     turn_batch_in_flight: int = Field(default=2, ge=1, le=200)
     # Off: a pre-ping costs round trips on every checkout of the hot path; after a database

@@ -6,9 +6,10 @@ dozen relations it reads and writes, the executor's start, the commit), not per 
 (docs/benchmarks.md). Written as one statement, the turn-saves that concurrent requests hand in
 together share that cost. Each turn is read, decided and written exactly as its own statement
 would: the per-turn fragments are the single statement's own (`repository.SETTINGS_SELECT`,
-`DECIDED_SELECT`, `GATE_WHERE`), with each turn's parameters read from its row of the batch's
-input (`i.<name>`) instead of bound once, and the write's rows are the single write's rows, one
-set per planned turn. The batch is one transaction: it commits all its turns or none.
+`DECIDED_COLUMNS`, `UNDER_MARKS`, `GATE_WHERE`), with each turn's parameters read from its row
+of the batch's input (`i.<name>`) instead of bound once, and the write's rows are the single
+write's rows, one set per planned turn. The batch is one transaction: it commits all its turns
+or none.
 
 What differs from N statements, and why it is safe:
 

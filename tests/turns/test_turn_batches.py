@@ -27,7 +27,7 @@ from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.jobs.enqueue import NewJob
 from app.quotas.rule import QuotaLimits, WaitingJobs
 from app.turns import repository
-from app.turns.batching import ALONE, TurnBatcher
+from app.turns.batching import ALONE, Connect, TurnBatcher
 from tests.helpers.apps import COMPANY, SPACE, AuthFactory, client_of
 from tests.helpers.apps import app_with as app_with_settings
 from tests.helpers.db import _asyncpg_dsn, rows
@@ -129,6 +129,23 @@ async def _scenarios(client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI)
             " VALUES ($1, 'u-over', 'user_history_messages', 11, 10)",
             COMPANY,
         )
+
+
+def _first_held(app: FastAPI, held: asyncio.Event) -> Connect:
+    """The app's driver connections, the first one handed over only once `held` is set: its
+    statement waits as one stuck behind a lock would, and the turns handed in meanwhile wait."""
+    first = True
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[asyncpg.Connection]:
+        nonlocal first
+        stuck, first = first, False
+        async with app.state.database.driver.connection() as conn:
+            if stuck:
+                await held.wait()
+            yield conn
+
+    return connect
 
 
 @asynccontextmanager
@@ -268,16 +285,8 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
     for sub in ("u-a", "u-b"):
         await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub=sub)
     good, bad = _turn("u-a", "chat-1"), _turn("u-b", "chat-1", role=_BOGUS_ROLE)
-    database = app.state.database
-    held = asyncio.Event()
-
-    @asynccontextmanager
-    async def slow_first(conn_source: Any = database.driver.connection) -> Any:
-        async with conn_source() as conn:
-            await held.wait()  # the batch forms behind the first statement
-            yield conn
-
-    batcher = TurnBatcher(slow_first, QuotaLimits(), max_batch=8, in_flight=1)
+    held = asyncio.Event()  # the batch forms behind the first statement
+    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1)
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-2")))
     await asyncio.sleep(0.05)
     together = [asyncio.create_task(batcher.save(t)) for t in (good, bad)]
@@ -306,15 +315,8 @@ async def test_a_batch_holds_the_turns_of_one_company(
         await enable_company(client, auth, company)
         await save_turn(client, auth, "chat-0", [user("Hi.")], "Hi.", sub="u-a", company=company)
     held = asyncio.Event()
-
-    @asynccontextmanager
-    async def slow_first(conn_source: Any = app.state.database.driver.connection) -> Any:
-        async with conn_source() as conn:
-            await held.wait()
-            yield conn
-
     batches: list[int] = []
-    batcher = TurnBatcher(slow_first, QuotaLimits(), max_batch=8, in_flight=1)
+    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1)
     batcher.observe = batches.append
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))
     await asyncio.sleep(0.05)
@@ -439,19 +441,8 @@ async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_bat
     await enable_company(client, auth)
     await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub="u-a")
     held = asyncio.Event()
-    first_connection = True
-
-    @asynccontextmanager
-    async def first_held(conn_source: Any = app.state.database.driver.connection) -> Any:
-        nonlocal first_connection
-        stuck, first_connection = first_connection, False
-        async with conn_source() as conn:
-            if stuck:
-                await held.wait()
-            yield conn
-
     batches: list[int] = []
-    batcher = TurnBatcher(first_held, QuotaLimits(), max_batch=8, in_flight=2)
+    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=2)
     batcher.observe = batches.append
     saving = [asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))]
     await asyncio.sleep(0.05)
