@@ -310,6 +310,21 @@ def database_cpu_seconds() -> float | None:
     return total if seen else None
 
 
+def machine_cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of the whole machine, summed over its cores, from /proc/stat;
+    None elsewhere. Busy is everything but idle and iowait: the servers, PostgreSQL, wrk and
+    anything else running. Over a run, busy / elapsed is how many cores were in use."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    ticks = [int(value) for value in first[1:9]]  # user nice system idle iowait irq softirq steal
+    every = sum(ticks)
+    return (every - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), every / os.sysconf(
+        "SC_CLK_TCK"
+    )
+
+
 def process_memory_mb(pid: int) -> tuple[float, float] | None:
     """(resident, peak resident) MiB of a process and its child processes, from /proc (VmRSS,
     VmHWM); None elsewhere."""
@@ -637,6 +652,7 @@ class WrkResult:
     server_rss_mb: float | None = None  # resident memory of the server after the run
     server_peak_rss_mb: float | None = None  # its high-water mark since the server started
     database_cpu_seconds: float | None = None  # all local PostgreSQL processes, over the run
+    machine_busy_share: float | None = None  # of all cores' time over the run, 0..1
 
     def wrong_status(self, expect: frozenset[int]) -> int:
         """Answers that were not the expected status (the run does not measure the call)."""
@@ -654,6 +670,12 @@ class WrkResult:
 
     def sessions(self) -> float:
         return math.nan if self.new_connections is None else float(self.new_connections)
+
+    def busy_cores(self) -> float:
+        """Cores of this machine in use during the run (servers, database, wrk and the rest)."""
+        if self.machine_busy_share is None:
+            return math.nan
+        return self.machine_busy_share * (os.cpu_count() or 1)
 
 
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -807,8 +829,9 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
         "| call | c | ours | req/s | reference | req/s | ours/ref req/s "
         "| p50 ms ours / ref | ×p50 | p99 ms ours / ref | ×p99 "
         "| server CPU µs/req ours / ref | ×CPU | database CPU µs/req ours / ref | ×DB "
-        "| new PG conns/run ours / ref | wrong status, socket errors ours / ref |\n"
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| new PG conns/run ours / ref | busy cores ours / ref "
+        "| wrong status, socket errors ours / ref |\n"
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for pair in setup.pairs:
@@ -823,6 +846,7 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
                 rps, p50, p99, cpu, conns, db_cpu = (
                     measurements.medians(name, ref_name, c, metric) for metric in METRICS
                 )
+                busy = measurements.medians(name, ref_name, c, WrkResult.busy_cores)
                 database = f"{number(db_cpu[0])} / {number(db_cpu[1])} | {ratio(*db_cpu)}"
                 if max(db_cpu) < 1.0:  # no database work: the background processes' noise
                     database = "– | –"
@@ -839,7 +863,8 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
                     f"| {number(p99[0], 1)} / {number(p99[1], 1)} | {ratio(*p99)} "
                     f"| {number(cpu[0])} / {number(cpu[1])} | {ratio(*cpu)} "
                     f"| {database} "
-                    f"| {number(conns[0])} / {number(conns[1])} | {errors} |"
+                    f"| {number(conns[0])} / {number(conns[1])} "
+                    f"| {number(busy[0], 2)} / {number(busy[1], 2)} | {errors} |"
                 )
     return header + "\n".join(lines) + "\n"
 
@@ -868,8 +893,8 @@ def render_variant_table(
     lines = [
         "| call | c | variant | req/s ours → variant | ×req/s | ×p50 | ×p99 "
         "| server CPU µs/req ours → variant | ×CPU | database CPU µs/req ours → variant | ×DB "
-        "| new PG conns/run ours → variant |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| new PG conns/run ours → variant | busy cores ours → variant |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for pair in setup.pairs:
         base = f"ours:{pair}"
@@ -881,13 +906,15 @@ def render_variant_table(
                 rps, p50, p99, cpu, conns, db = (
                     measurements.medians(name, base, c, metric) for metric in METRICS
                 )
+                busy = measurements.medians(name, base, c, WrkResult.busy_cores)
                 lines.append(
                     f"| {PAIR_TITLES[pair]} | {c} | {variant} "
                     f"| {number(rps[1])} → {number(rps[0])} | **{ratio(*rps)}** "
                     f"| {ratio(*p50)} | {ratio(*p99)} "
                     f"| {number(cpu[1])} → {number(cpu[0])} | {ratio(*cpu)} "
                     f"| {number(db[1])} → {number(db[0])} | {ratio(*db)} "
-                    f"| {number(conns[1])} → {number(conns[0])} |"
+                    f"| {number(conns[1])} → {number(conns[0])} "
+                    f"| {number(busy[1], 2)} → {number(busy[0], 2)} |"
                 )
     return "\n".join(lines) + "\n"
 
@@ -902,7 +929,9 @@ def measure_one(
     before = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
     cpu_before = process_cpu_seconds(server.process.pid)
     database_before = database_cpu_seconds()
+    machine_before = machine_cpu_seconds()
     result = run_wrk(setup.wrk, server.url, target, connections, duration)
+    machine_after = machine_cpu_seconds()
     cpu_after = process_cpu_seconds(server.process.pid)
     database_after = database_cpu_seconds()
     time.sleep(STATS_SETTLE_SECONDS)  # backends report their statistics when idle, late
@@ -915,6 +944,10 @@ def measure_one(
         else database_after - database_before
     )
     opened = None if before is None or after is None else after - before
+    busy_share = None
+    if machine_before is not None and machine_after is not None:
+        elapsed = machine_after[1] - machine_before[1]
+        busy_share = (machine_after[0] - machine_before[0]) / elapsed if elapsed > 0 else None
     return dataclasses.replace(
         result,
         server_cpu_seconds=cpu,
@@ -922,6 +955,7 @@ def measure_one(
         server_rss_mb=None if memory is None else memory[0],
         server_peak_rss_mb=None if memory is None else memory[1],
         database_cpu_seconds=database_cpu,
+        machine_busy_share=busy_share,
     )
 
 
