@@ -319,10 +319,8 @@ def machine_cpu_seconds() -> tuple[float, float] | None:
     except (OSError, IndexError):
         return None
     ticks = [int(value) for value in first[1:9]]  # user nice system idle iowait irq softirq steal
-    every = sum(ticks)
-    return (every - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), every / os.sysconf(
-        "SC_CLK_TCK"
-    )
+    every, tick = sum(ticks), os.sysconf("SC_CLK_TCK")
+    return (every - ticks[3] - ticks[4]) / tick, every / tick
 
 
 def process_memory_mb(pid: int) -> tuple[float, float] | None:
@@ -802,7 +800,7 @@ def _p99(r: WrkResult) -> float:
 
 
 # what the tables show, in this order: req/s, p50, p99, server CPU µs/request, PostgreSQL
-# connections opened per run
+# connections opened per run, database CPU µs/request, busy cores of the machine
 METRICS: tuple[Callable[[WrkResult], float], ...] = (
     _rps,
     _p50,
@@ -810,6 +808,7 @@ METRICS: tuple[Callable[[WrkResult], float], ...] = (
     WrkResult.cpu_us,
     WrkResult.sessions,
     WrkResult.database_cpu_us,
+    WrkResult.busy_cores,
 )
 
 
@@ -843,10 +842,9 @@ def render_table(measurements: Measurements, setup: Setup, connections: Sequence
             for c in connections:
                 if not (measurements.has(name, c) and measurements.has(ref_name, c)):
                     continue
-                rps, p50, p99, cpu, conns, db_cpu = (
+                rps, p50, p99, cpu, conns, db_cpu, busy = (
                     measurements.medians(name, ref_name, c, metric) for metric in METRICS
                 )
-                busy = measurements.medians(name, ref_name, c, WrkResult.busy_cores)
                 database = f"{number(db_cpu[0])} / {number(db_cpu[1])} | {ratio(*db_cpu)}"
                 if max(db_cpu) < 1.0:  # no database work: the background processes' noise
                     database = "– | –"
@@ -903,10 +901,9 @@ def render_variant_table(
                 name = f"{variant}:{pair}"
                 if not (measurements.has(base, c) and measurements.has(name, c)):
                     continue
-                rps, p50, p99, cpu, conns, db = (
+                rps, p50, p99, cpu, conns, db, busy = (
                     measurements.medians(name, base, c, metric) for metric in METRICS
                 )
-                busy = measurements.medians(name, base, c, WrkResult.busy_cores)
                 lines.append(
                     f"| {PAIR_TITLES[pair]} | {c} | {variant} "
                     f"| {number(rps[1])} → {number(rps[0])} | **{ratio(*rps)}** "
