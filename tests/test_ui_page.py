@@ -247,3 +247,58 @@ def test_the_sign_in_is_the_code_flow_with_pkce_and_random_state_and_nonce() -> 
     assert "Math.random" not in source
     assert "location.assign(" in source  # a navigation, not a form: form-action stays 'none'
     assert "/.well-known/openid-configuration" in source
+
+
+def _functions(source: str) -> dict[str, str]:
+    """The script's functions at the top of its closure, by name: each one's text up to the
+    line that closes it."""
+    found = re.finditer(
+        r"^  (?:async )?function (\w+)\(.*?^  \}$", source, flags=re.MULTILINE | re.DOTALL
+    )
+    return {match.group(1): match.group(0) for match in found}
+
+
+def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in() -> None:
+    source = SCRIPT.read_text(encoding="utf-8")
+    functions = _functions(source)
+    # a changed fragment (a link to the open page) goes to one function, which uses no token
+    assert re.findall(r'addEventListener\("hashchange", ([^)]*)\)', source) == [
+        "tokenFromChangedFragment"
+    ]
+    changed = functions["tokenFromChangedFragment"]
+    assert "tokenFromFragment()" in changed
+    assert "useToken" not in changed
+    assert "tokenFromOpeningLink" not in changed
+    # the token of the opening link: used in the last branch only, once the configuration was
+    # read and says there is no sign-in
+    opening = functions["tokenFromOpeningLink"]
+    branches = re.fullmatch(
+        r"\s*if \(!signIn\.configKnown\) \{(?P<unknown>[^{}]*)\}"
+        r" else if \(signIn\.config\) \{(?P<sign_in>[^{}]*)\}"
+        r" else \{\s*useToken\(token\);\s*\}\s*",
+        opening[opening.index("{") + 1 : opening.rindex("}")],
+    )
+    assert branches is not None, opening
+    assert "useToken" not in branches.group("unknown") + branches.group("sign_in")
+    # ... and the page reads that configuration before it decides
+    start = functions["start"]
+    assert start.index("await loadPageConfig()") < start.index("tokenFromOpeningLink(linked)")
+    setters = [name for name, text in functions.items() if "signIn.configKnown =" in text]
+    assert setters == ["loadPageConfig"]
+    assert 'signIn.configKnown = typeof config === "object";' in functions["loadPageConfig"]
+    # a token reaches `useToken` from the opening link, the pasted field and a finished sign-in
+    callers = sorted(
+        name for name, text in functions.items() if name != "useToken" and "useToken(" in text
+    )
+    assert callers == ["completeSignIn", "start", "tokenFromOpeningLink"]
+    assert functions["start"].count("useToken(") == 1
+    assert 'useToken(token).then((ok) => ok && $("main").focus())' in start
+    # the fragment's only readers: the opening and a change, each of which removes it at once
+    readers = sorted(
+        name
+        for name, text in functions.items()
+        if name != "tokenFromFragment" and "tokenFromFragment()" in text
+    )
+    assert readers == ["start", "tokenFromChangedFragment"]
+    fragment = functions["tokenFromFragment"]
+    assert fragment.index("history.replaceState(") < fragment.index("return token")

@@ -1,10 +1,14 @@
 // The memory page: shows and manages the caller's memory through the public /v1/me API.
 //
-// The token lives only in `state.token` (never in storage, a cookie or the address bar: a token
-// handed over as `#token=...` is read, then removed with history.replaceState). With sign-in
-// configured (/ui/config.json), the page gets it from the company's OpenID provider by the
+// The token lives only in `state.token` (never in storage, a cookie or the address bar). With
+// sign-in configured (/ui/config.json), the page gets it from the company's OpenID provider by the
 // authorization code flow with PKCE; only what must survive the redirect to the provider (state,
 // nonce, code verifier) waits in sessionStorage, and is removed as soon as the page is back.
+// A token in a link (`#token=...`) is always removed from the address bar at once, and used only
+// when the page is opened with it and no company sign-in is configured (development): with
+// sign-in, a link's token would sign the victim in as whoever made the link (login CSRF). A token
+// that arrives in the fragment of an open page (`hashchange`) is never used, whoever is signed
+// in: switching identity takes the user's own action (pasting a token, or signing in).
 // Everything the service returns is put on the page as text nodes, never parsed as HTML.
 "use strict";
 
@@ -232,12 +236,58 @@
 
   // --- the token ----------------------------------------------------------------------------
 
+  // The token in the fragment, if any, taken out of the address bar (and so out of the history)
+  // before anything else happens, whether it is then used or not: the caller decides.
   function tokenFromFragment() {
     if (!location.hash) return null;
     const token = new URLSearchParams(location.hash.slice(1)).get("token");
-    // take it out of the address bar (and so out of the history) before anything else happens
     history.replaceState(null, "", location.pathname + location.search);
     return token && token.trim() ? token.trim() : null;
+  }
+
+  // Whom the page shows as signed in ("user (company)"), or null when it asks for a token.
+  function signedInAs() {
+    return $("signed-in").hidden || !state.me ? null : `${state.me.user_id} (${state.me.company_id})`;
+  }
+
+  // A token from a link that the page did not use: said in words that never hold the token.
+  function linkTokenNotUsed(reason) {
+    const how = signedInAs()
+      ? signIn.config
+        ? "To use another account, sign out and sign in with it."
+        : "To use another account, choose “Use another token” and paste it."
+      : signIn.config
+        ? "Sign in with your company account instead."
+        : "To use it, paste it into the token field.";
+    announce(`The token in the link was not used: ${reason} ${how}`);
+  }
+
+  // The page was opened with a token in its fragment (already out of the address bar). Used
+  // only when the page knows that no company sign-in is configured: with sign-in, or when the
+  // page could not read its configuration, the token is dropped without a request carrying it.
+  function tokenFromOpeningLink(token) {
+    if (!signIn.configKnown) {
+      linkTokenNotUsed("the page could not read its settings. Open the link again to retry.");
+    } else if (signIn.config) {
+      linkTokenNotUsed("this page signs you in with your company account and takes no token from a link.");
+    } else {
+      useToken(token);
+    }
+  }
+
+  // A token arrived in the fragment of the open page: never used. Whoever made the link could
+  // otherwise swap the account under the user's eyes (or under their unsaved text). Ignoring it
+  // is safer than asking "Switch to the account in the link?": the page could not say whose
+  // account it is without sending the token, and a prompt is one click from the attack.
+  function tokenFromChangedFragment() {
+    if (!tokenFromFragment()) return;
+    const who = signedInAs();
+    const reason = who
+      ? `you are still signed in as ${who}, and an open page does not switch accounts from a link.`
+      : signIn.config
+        ? "this page signs you in with your company account and takes no token from a link."
+        : "an open page takes a token from a link only when the page is opened with it.";
+    linkTokenNotUsed(reason);
   }
 
   // `viaProvider`: the token came from signing in, so "Sign out" (not "Use another token")
@@ -310,6 +360,7 @@
 
   const signIn = {
     config: null, // {issuer, client_id, scope, extra_params} from /ui/config.json, or null
+    configKnown: false, // /ui/config.json was read, so `config: null` means "no sign-in"
     discovery: null, // the provider's OpenID configuration, once fetched
     viaProvider: false, // the token in use came from signing in
   };
@@ -393,7 +444,10 @@
     try {
       const response = await fetch(PAGE_CONFIG, { cache: "no-store", credentials: "omit", headers: { Accept: "application/json" } });
       const body = response.ok ? await response.json() : null;
-      return body && body.sign_in && typeof body.sign_in === "object" ? body.sign_in : null;
+      const config = body && typeof body === "object" ? body.sign_in : undefined;
+      // known only from an answer that says either way: sign-in (an object) or none (null)
+      signIn.configKnown = typeof config === "object";
+      return config && typeof config === "object" ? config : null;
     } catch {
       return null;
     }
@@ -1097,16 +1151,13 @@
       ),
     );
     $("history-heading").setAttribute("tabindex", "-1");
-    window.addEventListener("hashchange", () => {
-      const token = tokenFromFragment();
-      if (token) useToken(token);
-    });
+    window.addEventListener("hashchange", tokenFromChangedFragment);
     resetEditor();
     const returned = takeSignInAnswer();
-    const token = tokenFromFragment();
-    if (token) useToken(token);
+    const linked = tokenFromFragment(); // out of the address bar now, used or not
     const config = await loadPageConfig();
     if (config) offerSignIn(config);
+    if (linked) tokenFromOpeningLink(linked);
     if (returned) await completeSignIn(returned);
   }
 

@@ -4,7 +4,9 @@ package, with the security headers every response of the page carries.
 The page holds no data: it is `public`, and everything it shows comes from `/v1/me/*` with a
 token the user gets by signing in with the company's OpenID provider (`UI_OIDC_ISSUER` and
 `UI_OIDC_CLIENT_ID`: the authorization code flow with PKCE, run by the page as a public client),
-pastes, or hands over in the URL fragment. The headers keep that token in the page: no script or
+pastes, or, only without that sign-in (development), hands over in the URL fragment of the link
+that opens the page (the configuration below tells the page which; see memory.js for why a link's
+token is never used otherwise). The headers keep that token in the page: no script or
 style but the page's own files, requests only to this origin and, with sign-in configured, to
 the issuer's origin (its discovery document and token endpoint; the authorization request is a
 navigation), no framing, and no `Referer` (the fragment never travels in one, but the policy

@@ -76,6 +76,39 @@ class Guard:
 
 
 @dataclass
+class Sent:
+    """What the pages of a context sent, request by request (URL without its fragment, which no
+    request carries, every header, the body), recorded by a route that then lets the request go
+    on as before: to show that a value never left the page."""
+
+    requests: list[str] = field(default_factory=list)
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        headers = await request.all_headers()
+        self.requests.append(
+            "\n".join(
+                [
+                    urlsplit(request.url)._replace(fragment="").geturl(),
+                    *(f"{name}: {value}" for name, value in headers.items()),
+                    request.post_data or "",
+                ]
+            )
+        )
+        await route.fallback()
+
+    def carrying(self, value: str) -> list[str]:
+        return [sent for sent in self.requests if value in sent]
+
+
+async def record_sent(context: BrowserContext) -> Sent:
+    """A `Sent` for every request of `context` from now on (ahead of the routes set before)."""
+    sent = Sent()
+    await context.route("**/*", sent.route)
+    return sent
+
+
+@dataclass
 class Shots:
     """Full-page screenshots of one test, numbered in the order taken."""
 

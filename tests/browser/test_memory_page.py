@@ -1,8 +1,9 @@
 """The memory page (`/ui/memory`) in headless Chromium against the real app on real PostgreSQL:
 a user's walk through view, edit, a conflicting edit, the history's diffs, restore, export and
 switching memory off; profile text that looks like HTML stays text; every main action works from
-the keyboard; the page fits 400 px; problems read as words. Screenshots of every step go to
-`var/artifacts/browser/`."""
+the keyboard; the page fits 400 px; problems read as words; a token in a link is used only when
+the page is opened with it, never when the fragment of an open page changes. Screenshots of every
+step go to `var/artifacts/browser/`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, Route, expect
 
 from app.profiles.document import Section, sanitize_bullet
-from tests.browser.harness import BrowserPage
+from tests.browser.harness import BrowserPage, record_sent
 from tests.helpers.apps import TokenFactory
 from tests.helpers.polling import wait_until
 from tests.helpers.profiles import bullets, memory_md
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.browser
 
 ME = "/v1/me/memory"
 PAGE = "/ui/memory"
+NOT_USED = "The token in the link was not used"
 SECTION_HEADINGS = [section.value for section in Section]
 FIRST = {
     Section.IDENTITY: ["Name is Alice", "Lives in Lisbon"],
@@ -514,6 +516,75 @@ async def test_unsaved_text_never_follows_a_token_of_someone_else(
     stored = (await current(api, make_token("ben"))).json()
     assert stored["version"] == 1
     assert bullets(stored["content"], Section.RECENT.value) == []
+
+
+async def test_a_token_in_a_changed_fragment_never_switches_the_user_without_their_action(
+    web: BrowserPage, api: httpx.AsyncClient, base_url: str, make_token: TokenFactory
+) -> None:
+    page, shot = web.page, web.shot
+    await create_profile(api, make_token("cleo"), memory_md(FIRST, user_id="cleo"))
+    planted = memory_md({Section.WORK: ["Planted by the link"]}, user_id="mallory")
+    attacker = make_token("mallory")
+    await create_profile(api, attacker, planted)
+    sent = await record_sent(web.context)
+
+    # development (no company sign-in): the link that opens the page signs in, as before
+    await open_with_token(page, base_url, make_token("cleo"))
+    await expect(page.locator("#who")).to_have_text("cleo (acme)")
+    editor = page.locator("#editor")
+    draft = with_added_line(await editor.input_value(), Section.RECENT, "Cleo's draft")
+    await editor.fill(draft)
+
+    # a link to the open page with someone else's token: not used, the user and draft stay
+    await page.evaluate("(token) => { location.hash = `token=${token}`; }", attacker)
+    status = page.locator("#status")
+    await expect(status).to_contain_text(NOT_USED)
+    await expect(status).to_contain_text("you are still signed in as cleo (acme)")
+    await expect(status).to_contain_text("choose “Use another token” and paste it")
+    await expect(page.locator("#who")).to_have_text("cleo (acme)")
+    await expect(editor).to_have_value(draft)
+    await expect(page.locator("#profile")).not_to_contain_text("Planted by the link")
+    assert await page.evaluate("() => location.hash") == ""
+    assert attacker not in await page.content()
+    assert sent.carrying(attacker) == []
+    await shot("changed-fragment-ignored")
+
+    # signed out, a changed fragment still signs no one in: only pasting does
+    await page.get_by_role("button", name="Use another token").click()
+    await page.evaluate("(token) => { location.hash = `token=${token}`; }", attacker)
+    await expect(status).to_contain_text("only when the page is opened with it")
+    await expect(status).to_contain_text("paste it into the token field")
+    await expect(page.locator("#workspace")).to_be_hidden()
+    assert sent.carrying(attacker) == []
+
+    # the user's own action switches: the token pasted is used, and the recorder sees it
+    await page.locator("#token").fill(attacker)
+    await page.get_by_role("button", name="Use token").click()
+    await expect(page.locator("#who")).to_have_text("mallory (acme)")
+    await expect(page.locator("#profile")).to_contain_text("Planted by the link")
+    assert sent.carrying(attacker)
+
+
+async def test_a_token_in_the_link_is_not_used_when_the_page_cannot_read_its_settings(
+    web: BrowserPage, base_url: str, make_token: TokenFactory
+) -> None:
+    page = web.page
+    token = make_token("cleo")
+
+    async def unavailable(route: Route) -> None:
+        await route.fulfill(status=503, body="")
+
+    await web.context.route(f"{base_url}/ui/config.json", unavailable)
+    sent = await record_sent(web.context)
+    await page.goto(f"{base_url}{PAGE}#token={token}")
+    status = page.locator("#status")
+    await expect(status).to_contain_text(NOT_USED)
+    await expect(status).to_contain_text("the page could not read its settings")
+    await expect(page.locator("#workspace")).to_be_hidden()
+    await expect(page.locator("#token-form")).to_be_visible()
+    assert await page.evaluate("() => location.hash") == ""
+    assert any(request.startswith(f"{base_url}/ui/config.json") for request in sent.requests)
+    assert sent.carrying(token) == []
 
 
 async def test_what_the_memory_policy_kept_out_is_said_and_an_edit_it_refuses_names_the_line(

@@ -3,7 +3,9 @@ in headless Chromium: the authorization code flow with PKCE as a public client, 
 own login and consent pages, the access token used for `/v1/me/*` (the service trusts the
 provider through AUTH_ISSUERS), an address bar and storage left clean, and a sign-out that ends
 the provider's session too. Answers that do not belong to the sign-in the page started (another
-`state`, another `nonce`) are refused. Screenshots of every step go to `var/artifacts/browser/`.
+`state`, another `nonce`) are refused, and a token in a link (`#token=`, on opening the page or
+in a changed fragment) signs no one in. Screenshots of every step go to
+`var/artifacts/browser/`.
 
 The provider's pages import a web font from off the machine: that request, made by a provider
 page only, is blocked like every other one, and recorded apart from the guard's failures.
@@ -19,9 +21,11 @@ import pytest
 from playwright.async_api import BrowserContext, Page, Request, Route, expect
 
 from app.main import create_app
-from tests.browser.harness import LOCAL_HOST, BrowserPage, Shots
+from app.profiles.document import Section
+from tests.browser.harness import LOCAL_HOST, BrowserPage, Shots, record_sent
 from tests.helpers.apps import COMPANY, make_settings
 from tests.helpers.identity_provider import IdentityProvider, public_client
+from tests.helpers.profiles import memory_md
 from tests.helpers.serving import served
 
 pytestmark = pytest.mark.browser
@@ -30,6 +34,7 @@ PAGE = "/ui/memory"
 CLIENT_ID = "memory-page"
 SCOPE = "openid memory"
 LOGIN = "erin"
+NOT_USED = "The token in the link was not used"
 
 
 def origin_of(url: str) -> str:
@@ -274,3 +279,83 @@ async def test_an_id_token_with_another_nonce_is_refused_and_no_token_is_used(
     assert page.url == page_url
     assert await page.evaluate("() => sessionStorage.length") == 0
     await shot("nonce-refused")
+
+
+async def attackers_token(base_url: str, provider: IdentityProvider, login: str) -> str:
+    """An access token of another user of the company, from the company's provider, with a
+    memory of their own: the service accepts it, so a page that used it would show that memory."""
+    token = await provider.access_token(login)
+    async with httpx.AsyncClient(base_url=base_url) as api:
+        headers = {"Authorization": f"Bearer {token}"}
+        me = await api.get("/v1/me", headers=headers)
+        assert me.status_code == 200, me.text
+        assert me.json()["user_id"] == login
+        content = memory_md({Section.WORK: ["Planted by the link"]}, user_id=login)
+        put = await api.put(
+            "/v1/me/memory", json={"content": content}, headers={**headers, "If-None-Match": "*"}
+        )
+        assert put.status_code == 201, put.text
+    return token
+
+
+@pytest.mark.usefixtures("provider_pages")
+async def test_a_token_in_the_link_signs_no_one_in_when_sign_in_is_configured(
+    web: BrowserPage, base_url: str, provider: IdentityProvider
+) -> None:
+    page, shot = web.page, web.shot
+    page_url = f"{base_url}{PAGE}"
+    token = await attackers_token(base_url, provider, "mallory")
+    sent = await record_sent(web.context)
+
+    await page.goto(f"{page_url}#token={token}")
+    status = page.locator("#status")
+    await expect(status).to_contain_text(NOT_USED)
+    await expect(status).to_contain_text("Sign in with your company account instead.")
+    await expect(page.get_by_role("button", name="Sign in", exact=True)).to_be_visible()
+    await expect(page.locator("#signed-in")).to_be_hidden()
+    await expect(page.locator("#workspace")).to_be_hidden()
+    await shot("link-token-ignored")
+
+    # the token left the address bar and the page, and no request carried it
+    assert page.url == page_url
+    assert await page.evaluate("() => location.hash") == ""
+    assert token not in await page.content()
+    assert any("/ui/config.json" in request for request in sent.requests)
+    assert sent.carrying(token) == []
+    assert not [request for request in sent.requests if "authorization:" in request.lower()]
+
+
+@pytest.mark.usefixtures("provider_pages")
+async def test_a_token_in_a_changed_fragment_does_not_switch_the_signed_in_user(
+    web: BrowserPage, base_url: str, provider: IdentityProvider
+) -> None:
+    page, shot = web.page, web.shot
+    page_url = f"{base_url}{PAGE}"
+    token = await attackers_token(base_url, provider, "trudy")
+    sent = await record_sent(web.context)
+
+    await page.goto(page_url)
+    await page.get_by_role("button", name="Sign in", exact=True).click()
+    await sign_in_at_provider(page, provider, shot)
+    await page.wait_for_url(page_url)
+    await expect(page.locator("#workspace")).to_be_visible()
+    await expect(page.locator("#who")).to_have_text(f"{LOGIN} ({COMPANY})")
+    editor = page.locator("#editor")
+    unsaved = f"{await editor.input_value()}\n- Not saved yet"
+    await editor.fill(unsaved)
+    # the recorder sees the bearer tokens the page sends: erin's, from the sign-in
+    assert any("authorization: bearer" in request.lower() for request in sent.requests)
+
+    # a link to the open page with the attacker's token: a same-document navigation
+    await page.evaluate("(token) => { location.hash = `token=${token}`; }", token)
+    status = page.locator("#status")
+    await expect(status).to_contain_text(NOT_USED)
+    await expect(status).to_contain_text(f"you are still signed in as {LOGIN} ({COMPANY})")
+    await expect(page.locator("#who")).to_have_text(f"{LOGIN} ({COMPANY})")
+    await expect(page.locator("#profile")).not_to_contain_text("Planted by the link")
+    await expect(editor).to_have_value(unsaved)
+    await shot("changed-fragment-ignored")
+    assert page.url == page_url
+    assert await page.evaluate("() => location.hash") == ""
+    assert token not in await page.content()
+    assert sent.carrying(token) == []
