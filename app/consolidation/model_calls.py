@@ -97,7 +97,7 @@ def answer_size(
     for exchange in exchanges:
         if is_clearly_non_durable(exchange.user):
             continue
-        read = consolidate_with_rules(profile, [exchange])
+        read = consolidate_with_rules(profile, [exchange], keep_unread=False)
         if read.operations:
             read_answer += sum(count(json.dumps(operation_item(op))) for op in read.operations)
         else:

@@ -327,7 +327,8 @@ class ConsolidationPipeline:
         a model, the pre-filter (`prefilter`) decides from the same reading which calls are
         made: none, the operations call alone, or the gate first.
         """
-        rules = consolidate_with_rules(snapshot.profile, snapshot.exchanges)
+        offline = engine.model_calls is None  # keeps what it cannot read; a model reads it
+        rules = consolidate_with_rules(snapshot.profile, snapshot.exchanges, keep_unread=offline)
         if engine.model_calls is None:
             usage.calls.append(f"rules={rules.decision}")
             return list(rules.operations), rules.forget_requested

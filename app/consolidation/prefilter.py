@@ -10,9 +10,13 @@ Pure: it reads the user's messages and the offline engine's reading of them, not
 - `gate`: anything else: the gate decides, then the operations call when it says UPDATE.
 
 It errs towards asking the model: a message is `noop` only when every sentence has one of the
-shapes above. Whatever it does not recognise (other languages, statements, anything with "I",
-"my" or "we" beyond "how do I ...", long messages) goes to the model. docs/model-cost.md lists
-the rules and what it never filters.
+shapes above. Whatever it does not recognise goes to the model: statements, anything with "I",
+"my" or "we" beyond "how do I ...", long messages, and every language and script beyond its
+small-talk lists (`small_talk`). Words are read in every script (Unicode letters, marks and
+digits); a sentence is "punctuation or emoji only" when it holds no letter or digit of any
+script; small talk in the listed languages stays free, any other word makes a sentence not small
+talk; and the question and task shapes are English ones, read only in sentences of Latin letters.
+docs/model-cost.md lists the rules and what it never filters.
 """
 
 from __future__ import annotations
@@ -21,105 +25,25 @@ import re
 from collections.abc import Sequence
 from typing import Final, Literal
 
+from app.consolidation.small_talk import (
+    MAX_SMALL_TALK_WORDS,
+    has_letters_or_digits,
+    is_small_talk,
+    latin_only,
+)
+
+__all__ = [
+    "MAX_LOCAL_CHARS",
+    "MAX_SMALL_TALK_WORDS",
+    "PrefilterDecision",
+    "is_clearly_non_durable",
+    "prefilter",
+]
+
 PrefilterDecision = Literal["noop", "operations", "gate"]
 
 MAX_LOCAL_CHARS: Final = 600
 """Longer messages always go to the model: a long text is rarely small talk."""
-MAX_SMALL_TALK_WORDS: Final = 10
-
-_SMALL_TALK_WORDS: Final = frozenset(
-    (
-        "hi",
-        "hello",
-        "hey",
-        "hiya",
-        "howdy",
-        "thanks",
-        "thank",
-        "thx",
-        "ty",
-        "cheers",
-        "you",
-        "so",
-        "much",
-        "very",
-        "really",
-        "a",
-        "lot",
-        "again",
-        "ok",
-        "okay",
-        "cool",
-        "great",
-        "nice",
-        "perfect",
-        "awesome",
-        "excellent",
-        "wonderful",
-        "brilliant",
-        "fantastic",
-        "amazing",
-        "good",
-        "morning",
-        "afternoon",
-        "evening",
-        "night",
-        "day",
-        "bye",
-        "goodbye",
-        "see",
-        "later",
-        "soon",
-        "that",
-        "this",
-        "it",
-        "helps",
-        "helped",
-        "helpful",
-        "was",
-        "is",
-        "that's",
-        "it's",
-        "makes",
-        "sense",
-        "got",
-        "understood",
-        "alright",
-        "fine",
-        "lol",
-        "haha",
-        "hehe",
-        "wow",
-        "all",
-        "there",
-        "everyone",
-        "have",
-        "take",
-        "care",
-        "one",
-        "job",
-        "well",
-        "done",
-        "clear",
-        "useful",
-        "interesting",
-        "ha",
-        "right",
-        "fair",
-        "enough",
-        "for",
-        "now",
-        "today",
-        "tomorrow",
-        "been",
-        "you've",
-        "you're",
-        "pity",
-        "but",
-    )
-)
-"""Words of greetings, thanks, farewells and acknowledgements. Deliberately without "yes", "no",
-"sure" and "please": they may confirm or refuse something the assistant proposed to remember."""
 
 _FIRST_PERSON = re.compile(
     r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|"
@@ -156,8 +80,10 @@ _TASK_START = re.compile(
     r"tell me|help me|walk me through)\b",
     re.IGNORECASE,
 )
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-_WORD = re.compile(r"[a-z']+")
+_SENTENCE_END: Final = ".!?\n\u3002\uff01\uff1f\uff61\u061f\u0964\u0965"
+"""`.`, `!`, `?`, a line break, and the full stops and question marks of Chinese and Japanese
+(`。！？｡`), Arabic (`؟`) and Devanagari (`।॥`)."""
+_SENTENCE = re.compile(f"[^{_SENTENCE_END}]+[{_SENTENCE_END}]*")
 
 
 def prefilter(
@@ -189,11 +115,12 @@ def is_clearly_non_durable(text: str) -> bool:
 
 
 def _non_durable_sentence(sentence: str) -> bool:
-    words = _WORD.findall(sentence.casefold())
-    if not words:
+    if not has_letters_or_digits(sentence):
         return True  # punctuation or emoji only
-    if len(words) <= MAX_SMALL_TALK_WORDS and all(w in _SMALL_TALK_WORDS for w in words):
+    if is_small_talk(sentence):
         return True
+    if not latin_only(sentence):
+        return False  # the question and task shapes below are read in English only
     asked = _ASK_ME.sub(" ", sentence)
     if sentence.endswith("?") and _QUESTION_START.match(sentence):
         return not _FIRST_PERSON.search(_HOW_TO.sub(" ", asked))

@@ -27,6 +27,7 @@ from app.consolidation.rules_patterns import (
     extract_facts,
     phrase_key,
 )
+from app.consolidation.small_talk import is_small_talk, latin_only
 from app.detectors import find
 from app.enablement.memory_policy import DEFAULT_ACTIONS, Action
 from app.profiles.document import Operation, OpKind, Profile, Section, apply, sanitize_bullet
@@ -38,6 +39,9 @@ TOPIC_MAX_CHARS = 100
 """Longest Recent Topics text (without the date prefix)."""
 
 _MAX_CLAUSE_CHARS = 500  # longer "clauses" are prose, not explicit statements; also bounds regexes
+MAX_UNREAD_MESSAGE_CHARS = 600
+"""The longest message whose unread sentences the engine keeps verbatim: a longer one is a
+pasted text, not statements about the user."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ class ForgetRequest:
     everything: bool = False
 
 
-def consolidate_with_rules(profile: Profile, exchanges: Sequence[Exchange]) -> RulesResult:
+def consolidate_with_rules(
+    profile: Profile, exchanges: Sequence[Exchange], *, keep_unread: bool = True
+) -> RulesResult:
     """Turn the user's explicit statements in ``exchanges`` into operations on ``profile``.
 
     Exchanges are processed in order, each against the profile as the previous ones left it, so
@@ -90,6 +96,10 @@ def consolidate_with_rules(profile: Profile, exchanges: Sequence[Exchange]) -> R
     skill's level or years of experience, the deadline) wins: it UPDATEs the slot's bullet.
     An exchange that changed a fact also adds one Recent Topics bullet dated with its own time;
     forget requests alone add none (the topic would repeat what was to be forgotten).
+    With ``keep_unread`` (the engine deciding on its own, without a model), each sentence in a
+    script it cannot read (``_unread_sentences``) is kept verbatim as an Identity bullet, so a
+    fact in another script is not lost; such a bullet adds no Recent Topic (it would repeat
+    the sentence). A model-backed consolidation passes False: the model reads those sentences.
     The decision is NOOP, with no operations, when the profile's sections would not change.
     """
     working = profile
@@ -107,6 +117,11 @@ def consolidate_with_rules(profile: Profile, exchanges: Sequence[Exchange]) -> R
             if ops:
                 working = apply(working, ops, exchange.at)
                 operations.extend(ops)
+        for sentence in _unread_sentences(exchange.user) if keep_unread else ():
+            ops = _fact_operations(working, Fact(Section.IDENTITY, sentence, sentence))
+            if ops:
+                working = apply(working, ops, exchange.at)
+                operations.extend(ops)
         topic = _topic(exchange.user) if facts_changed else None
         if topic and working.sections != before.sections:
             op = Operation(OpKind.ADD, Section.RECENT, text=topic_prefix(exchange.at) + topic)
@@ -121,7 +136,11 @@ def consolidate_with_rules(profile: Profile, exchanges: Sequence[Exchange]) -> R
 
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 _QUOTE_LINE = re.compile(r"^\s*>.*$", re.MULTILINE)  # quoted text is somebody else's words
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+|\s*\n\s*")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？｡؟।॥])\s*|\s*\n\s*")
+"""After `.`, `!`, `?` or `…` and white space; after the full stops and question marks of
+Chinese and Japanese, Arabic and Devanagari (`。！？｡؟।॥`), which need none; at a line break."""
+_QUESTION_MARKS = "?？؟;\u037e՞¿⸮"
+"""Question marks of Latin, full-width, Arabic, Greek (`;` and U+037E) and Armenian writing."""
 _STARTS = r"(?=(?:i|i'm|i've|i'll|i'd|my|we|we're|our|please|let's|let us|remind|forget|call me)\b)"
 _CLAUSE_BREAK = re.compile(
     rf"\s*;\s*|,?\s+(?:and|but|so|also|plus|while)\s+{_STARTS}|,\s+{_STARTS}", re.IGNORECASE
@@ -165,6 +184,24 @@ def _statements(text: str) -> Iterator[Fact | ForgetRequest]:
                 yield forget
             elif factual:
                 yield from extract_facts(clause)
+
+
+def _unread_sentences(text: str) -> Iterator[str]:
+    """The sentences of `text` the engine keeps verbatim because it cannot read them: in a
+    message of at most `MAX_UNREAD_MESSAGE_CHARS`, a sentence with a letter of a script other
+    than Latin that yields no fact or forget request, is not a question, not small talk
+    (`small_talk`, any listed language) and not caught by the never-store filter."""
+    if len(text) > MAX_UNREAD_MESSAGE_CHARS:
+        return
+    for sentence in _sentences(text):
+        if latin_only(sentence) or len(sentence) > _MAX_CLAUSE_CHARS:
+            continue
+        if sentence.rstrip(" \"')]”»」』").endswith(tuple(_QUESTION_MARKS)):
+            continue
+        if is_small_talk(sentence) or _never_store(sentence):
+            continue
+        if not any(True for _ in _statements(sentence)):
+            yield sentence
 
 
 def _topic(text: str) -> str | None:

@@ -296,6 +296,58 @@ def test_turns_without_durable_facts_are_noop(user: str, profile: Profile) -> No
     assert consolidate(user, profile) == RulesResult("NOOP", (), False)
 
 
+# --- what it cannot read: kept verbatim ----------------------------------------------------------
+
+UNREAD_FACTS = [
+    "我搬到了里斯本。",
+    "私は大阪に住んでいます。",
+    "저는 서울에서 간호사로 일해요.",
+    "أعمل مهندسة برمجيات في دبي.",
+    "אני גר בחיפה ועובד כמורה.",
+    "Я переехал в Казань.",
+    "मैं पुणे में डेटा वैज्ञानिक हूँ।",
+    "Μένω στη Θεσσαλονίκη και διδάσκω φυσική.",
+]
+
+
+@pytest.mark.parametrize("user", UNREAD_FACTS)
+def test_a_sentence_in_a_script_it_cannot_read_is_kept_verbatim_in_identity(user: str) -> None:
+    result = consolidate(user)
+
+    after = applied(empty_profile("user_1"), result)
+    assert result.decision == "UPDATE"
+    assert after.bullets(ID) == (user,)
+    assert after.bullets(RECENT) == ()  # the topic would repeat the sentence
+    assert consolidate(user, after) == RulesResult("NOOP", (), False)  # kept once
+    assert consolidate_with_rules(
+        empty_profile("user_1"), [Exchange(user, "", NOW)], keep_unread=False
+    ) == RulesResult("NOOP", (), False)  # a model reads it instead
+
+
+def test_each_unread_sentence_of_a_message_is_kept_and_english_facts_read_as_ever() -> None:
+    user = "Hi! I work at Acme. 我搬到了里斯本。我在银行工作。谢谢！你住在哪里？ Спасибо!"
+
+    after = applied(empty_profile("user_1"), consolidate(user))
+
+    assert after.bullets(ID) == ("Works at Acme.", "我搬到了里斯本。", "我在银行工作。")
+    assert after.bullets(RECENT) == (STAMP + "I work at Acme.",)
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        "谢谢！", "ありがとうございます。", "Спасибо большое!", "شكرا جزيلا", "תודה רבה",
+        "धन्यवाद।", "Ευχαριστώ πολύ!", "감사합니다",  # small talk it recognises
+        "你住在哪里？", "Где ты живёшь?", "أين تعيش؟", "Πού μένεις;",  # questions
+        "我的卡号是4111 1111 1111 1111。", "رقم هاتفي ٠٥٠١٢٣٤٥٦٧٨٩",  # never stored
+        "Ich arbeite bei der UBS.",  # Latin letters: the English rules read it, and find nothing
+        "我搬到了里斯本。" + "这是一段很长的文章。" * 60,  # a pasted text, not a statement
+    ],
+)  # fmt: skip
+def test_what_it_does_not_keep_of_other_scripts(user: str) -> None:
+    assert consolidate(user) == RulesResult("NOOP", (), False)
+
+
 NEVER_STORED_CASES = [
     ("My password is hunter2.", "hunter2"),
     ("My API key is sk-abc123def456ghi789.", "sk-abc123"),
