@@ -74,6 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "token":
         from app.kit.auth import Principal, issue_token  # noqa: PLC0415
 
+        if "operator" in args.role and not settings.static_platform:
+            print(
+                "note: JWT_PLATFORM is off here, so the service drops this token's operator "
+                "role (docs/identity.md#the-static-key)",
+                file=sys.stderr,
+            )
         print(
             issue_token(
                 settings,

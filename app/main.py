@@ -103,6 +103,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         meter.start()
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
+        auth.log_verifiers(settings)  # which token checks are active, never a key
         await rate_limits_service.refresh_or_keep(database.engine, app.state.rate_limiter)
         overrides = asyncio.create_task(
             rate_limits_service.keep_overrides_fresh(

@@ -477,6 +477,7 @@ async def run_conversation(database_url: str, model: OracleModel, **overrides: A
         "environment": "test",
         "database_url": database_url,
         "jwt_secret": SecretStr(JWT_SECRET),
+        "jwt_platform": True,  # the harness's operator switches a company's flag on
         "worker_enabled": False,
         "llm_provider": "openai",
         "openai_base_url": model.base_url,

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
-from jose import jws, jwt
 
 from tests.helpers import bad_tokens
 from tests.helpers.apps import client_with
@@ -89,7 +89,7 @@ def b64(data: bytes) -> str:
 
 
 def hmac_signed(claims: dict[str, Any], secret: bytes, kid: str) -> str:
-    """An HS256 token signed by hand (python-jose refuses a public key as an HMAC secret)."""
+    """An HS256 token signed by hand (PyJWT refuses a public key as an HMAC secret)."""
     header = {"alg": "HS256", "typ": "JWT", "kid": kid}
     signing_input = f"{b64(orjson.dumps(header))}.{b64(orjson.dumps(claims))}"
     digest = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
@@ -103,7 +103,7 @@ def unsigned(claims: dict[str, Any], kid: str) -> str:
 
 def signed_payload(key: SigningKey, payload: bytes) -> str:
     """A token over exactly `payload` (JSON that Python would not write, such as `1e400`)."""
-    return str(jws.sign(payload, key.private_pem, headers={"kid": key.kid}, algorithm=key.alg))
+    return jwt.api_jws.encode(payload, key.private_pem, algorithm=key.alg, headers={"kid": key.kid})
 
 
 def with_literal(claims: dict[str, Any], name: str, literal: bytes) -> bytes:
@@ -113,7 +113,7 @@ def with_literal(claims: dict[str, Any], name: str, literal: bytes) -> bytes:
 
 
 def without_kid(key: SigningKey, claims: dict[str, Any]) -> str:
-    return str(jwt.encode(claims, key.private_pem, algorithm=key.alg))
+    return jwt.encode(claims, key.private_pem, algorithm=key.alg)
 
 
 def invented_kid(claims: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ def serve_env(**settings: str) -> dict[str, str]:
         "PYTHONPATH": str(PROJECT_ROOT),
         "ENVIRONMENT": "test",
         "JWT_SECRET": TEST_JWT_SECRET,
+        "JWT_PLATFORM": "true",  # operators act with static tokens (the TypeScript demo)
         "LLM_PROVIDER": "rules",
         "LOG_LEVEL": "INFO",
         **settings,

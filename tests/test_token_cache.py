@@ -15,7 +15,7 @@ from tests.helpers.apps import TEST_JWT_SECRET
 
 
 class Clock:
-    """The verifier's clock for cache expiry (jose still checks `exp` against real time)."""
+    """The verifier's clock for cache expiry (PyJWT still checks `exp` against real time)."""
 
     def __init__(self) -> None:
         self.now = time.time()

@@ -1,17 +1,22 @@
-"""Bearer-token authentication: the only importer of python-jose.
+"""Bearer-token authentication: the only importer of PyJWT.
 
 Identity comes only from a verified token. A token is routed to its verifier by `iss` before
 any signature work: a trusted OpenID issuer of AUTH_ISSUERS (keys from its JWKS, claims read
-with its paths, roles confined to what the issuer may grant), or the static development key
-(JWT_SECRET / JWT_PUBLIC_KEY with JWT_ISSUER). Every decode pins the algorithm and requires
-`exp`, `aud` and `iss`; any failure is the same opaque 401. A verified token is remembered until
-its `exp` (bounded LRU), so the orchestrator's two calls per turn do not verify the same
-signature again; a token that failed is never remembered.
+with its paths), or the static key (JWT_SECRET / JWT_PUBLIC_KEY with JWT_ISSUER). Both are
+confined the same way: a fixed company or a company claim, a role map, and `operator` only
+from a platform verifier (`platform`, JWT_PLATFORM for the static key). Every decode pins the
+algorithm and requires `exp`, `aud` and `iss`; any failure is the same opaque 401. A verified
+token is remembered until its `exp` (bounded LRU), so the orchestrator's two calls per turn do
+not verify the same signature again; a token that failed is never remembered.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import json
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -19,10 +24,10 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
+import jwt
+import orjson
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from jose import jwt
-from jose.exceptions import JOSEError
 from pydantic import BaseModel
 
 from app.kit.api_tags import USER
@@ -30,9 +35,15 @@ from app.kit.config import IssuerConfig, Settings
 from app.kit.errors import Forbidden, NotFound, Unauthorized
 from app.kit.jwks import JwkDict, KeyStore
 
+logger = logging.getLogger(__name__)
+
 KNOWN_ROLES = frozenset({"space_admin", "operator"})
 PLATFORM_ROLE: Final = "operator"
-_REQUIRED_CLAIMS = ("exp", "aud", "iss", "sub", "company_id")
+# what a decode may raise for a token it refuses (PyJWT's own, and what a malformed key or
+# claim raises inside it)
+_DECODE_ERRORS: Final = (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError)
+_MAX_PREPARED_KEYS: Final = 256
+_FROM_URLSAFE: Final = str.maketrans("-_", "+/")
 _MAX_ID_LENGTH = 256  # user ids: the width of the user_id columns
 _MAX_COMPANY_ID_LENGTH = 128  # the width of the company_id columns
 # RFC 8725 3.10 / RFC 7515 4.1.11: a token may not say where its key is, carry its own key, or
@@ -50,7 +61,8 @@ _KEY_TYPES: Final[dict[str, tuple[str, str | None]]] = {
 
 RoleDropObserver = Callable[[str, str], None]
 """Called with (issuer, role) for a role an issuer may not grant (`operator` of a company
-issuer), which the principal does not get."""
+issuer, or of the static key when it is not platform), which the principal does not get; the
+static key's issuer is JWT_ISSUER."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +105,10 @@ class TokenVerifier:
         self._hmac_key = (
             settings.jwt_secret.get_secret_value() if settings.static_hmac_enabled else None
         )
-        self._public_key = (
-            settings.jwt_public_key.get_secret_value() if settings.jwt_public_key else None
-        )
+        self._public_keys = _prepared_public_keys(settings)
+        self._jwks_keys: dict[bytes, Any] = {}  # a JWK (JSON, alg) -> its key, prepared once
         self._issuers = {entry.issuer: entry for entry in settings.auth_issuers}
+        self._static = settings.static_issuer
         self._owned_companies = settings.owned_companies
         self._keys = keys if keys is not None else KeyStore(settings)
         self._on_role_dropped = on_role_dropped
@@ -137,9 +149,8 @@ class TokenVerifier:
         if token.count(".") != 2:
             raise Unauthorized  # not a JWS compact token (a JWE has 5 segments)
         try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.get_unverified_claims(token)
-        except (JOSEError, ValueError, TypeError, KeyError) as exc:
+            header, unverified = _unverified(token)
+        except (binascii.Error, ValueError, RecursionError) as exc:
             raise Unauthorized from exc
         if not isinstance(header, dict) or _REFUSED_HEADERS & header.keys():
             raise Unauthorized
@@ -152,16 +163,20 @@ class TokenVerifier:
             return await self._decode_issued(token, header, issuer)
         if unverified.get("iss") != self._issuer or algorithm not in self._algorithms:
             raise Unauthorized
-        key = self._hmac_key if str(algorithm).startswith("HS") else self._public_key
+        key = (
+            self._hmac_key
+            if str(algorithm).startswith("HS")
+            else self._public_keys.get(str(algorithm))
+        )
         if key is None:
             raise Unauthorized
         claims = self._checked(token, key, str(algorithm), self._issuer, require_sub=True)
         if not _has_audience(claims, (self._audience,)):
             raise Unauthorized
-        principal = _principal_from_claims(claims)
-        if principal.company_id in self._owned_companies:
-            raise Unauthorized  # a company a trusted issuer owns accepts only that issuer
-        return principal, float(claims["exp"])
+        roles = claims.get("roles", [])
+        if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
+            raise Unauthorized  # a static token's roles are a list, nothing else
+        return self._principal_of_issuer(claims, self._static), float(claims["exp"])
 
     async def _decode_issued(
         self, token: str, header: dict[str, Any], issuer: IssuerConfig
@@ -178,42 +193,62 @@ class TokenVerifier:
         candidates = [key for key in await issuer_keys.keys_for(kid) if _fits(key, str(algorithm))]
         if len(candidates) != 1:
             raise Unauthorized  # no key, or (without a kid) no single key to try
-        claims = self._checked(
-            token, dict(candidates[0]), str(algorithm), issuer.issuer, require_sub=False
-        )
+        key = self._jwk_key(candidates[0], str(algorithm))
+        claims = self._checked(token, key, str(algorithm), issuer.issuer, require_sub=False)
         if not _has_audience(claims, issuer.audiences):
             raise Unauthorized
         return self._principal_of_issuer(claims, issuer), float(claims["exp"])
 
+    def _jwk_key(self, jwk: JwkDict, algorithm: str) -> Any:
+        """The verification key of a JWKS key, built once per key and algorithm (the cache is
+        emptied when it reaches _MAX_PREPARED_KEYS: keys come only from trusted JWKS)."""
+        name = orjson.dumps([algorithm, jwk], option=orjson.OPT_SORT_KEYS)
+        key = self._jwks_keys.get(name)
+        if key is None:
+            try:
+                key = jwt.PyJWK(dict(jwk), algorithm).key
+            except _DECODE_ERRORS as exc:
+                raise Unauthorized from exc
+            if len(self._jwks_keys) >= _MAX_PREPARED_KEYS:
+                self._jwks_keys.clear()
+            self._jwks_keys[name] = key
+        return key
+
     def _checked(
         self,
         token: str,
-        key: str | dict[str, Any],
+        key: Any,
         algorithm: str,
         issuer: str,
         *,
         require_sub: bool,
     ) -> dict[str, Any]:
+        """The claims of `token` once its signature (with `key`, `algorithm` only), `exp`,
+        `nbf` and `iss` are checked. `iat` is not compared with the clock (a provider's clock a
+        second ahead would refuse its fresh tokens); `_finite_times` checked it is a number.
+        Keys shorter than RFC 7518 and NIST ask for (an HMAC secret shorter than its hash, an
+        RSA key under 2048 bits) are refused, not warned about."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
                 key,
                 algorithms=[algorithm],
                 issuer=issuer,
+                leeway=self._leeway,
                 options={
                     "verify_aud": False,  # checked by _has_audience: a list of audiences
-                    "require_exp": True,
-                    "require_iss": True,
-                    "require_sub": require_sub,
-                    "require_nbf": False,
-                    "leeway": self._leeway,
+                    "verify_iat": False,
+                    "require": ["exp", "iss", "sub"] if require_sub else ["exp", "iss"],
+                    "enforce_minimum_key_length": True,
                 },
             )
-        except (JOSEError, ValueError, TypeError, KeyError, OverflowError) as exc:
+        except _DECODE_ERRORS as exc:
             raise Unauthorized from exc
         return claims
 
     def _principal_of_issuer(self, claims: dict[str, Any], issuer: IssuerConfig) -> Principal:
+        """The principal a token of `issuer` (an AUTH_ISSUERS entry, or the static key's rule)
+        names, confined to what that issuer may grant."""
         user = claim_at(claims, issuer.user_claim)
         if issuer.company is not None:
             company: object = issuer.company
@@ -222,7 +257,7 @@ class TokenVerifier:
             if not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
                 raise Unauthorized
             if company in self._owned_companies:
-                raise Unauthorized  # owned by another issuer's fixed company
+                raise Unauthorized  # a company another issuer owns accepts only that issuer
         if not _is_identifier(user) or not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
             raise Unauthorized
         roles = self._granted_roles(claims, issuer)
@@ -244,6 +279,96 @@ class TokenVerifier:
             if self._on_role_dropped is not None:
                 self._on_role_dropped(issuer.issuer, PLATFORM_ROLE)
         return frozenset(granted)
+
+
+def verifier_lines(settings: Settings) -> list[str]:
+    """One line per active token verifier, as start-up logs them: its issuer (`static` for
+    the JWT_* key, with its `iss`), kind (`jwks`, `hmac`, `public-key`), algorithms, company
+    rule, whether it is platform, and its role map. Never a secret or key material: keys are
+    named by kind only. A static key that is off says so in a line of its own."""
+    lines = [
+        _verifier_line(settings, entry, f"issuer={entry.issuer}", "jwks", entry.algorithms)
+        for entry in settings.auth_issuers
+    ]
+    hmac = [a for a in settings.jwt_algorithms if a.startswith("HS")]
+    public = [a for a in settings.jwt_algorithms if not a.startswith("HS")]
+    kinds = []
+    if hmac and settings.static_hmac_enabled:
+        kinds.append("hmac")
+    if public and settings.jwt_public_key is not None:
+        kinds.append("public-key")
+    name = f"issuer=static ({settings.jwt_issuer})"
+    if not kinds:
+        return [
+            *lines,
+            f"token verifier {name}: off (the built-in development secret is not "
+            "honoured outside ENVIRONMENT=development)",
+        ]
+    algorithms = [*(hmac if "hmac" in kinds else []), *(public if "public-key" in kinds else [])]
+    return [
+        *lines,
+        _verifier_line(settings, settings.static_issuer, name, "+".join(kinds), algorithms),
+    ]
+
+
+def log_verifiers(settings: Settings) -> None:
+    """Start-up: say which token checks are active (`verifier_lines`)."""
+    for line in verifier_lines(settings):
+        logger.info(line)
+
+
+def _verifier_line(
+    settings: Settings, entry: IssuerConfig, name: str, kind: str, algorithms: Iterable[str]
+) -> str:
+    if entry.company is not None:
+        company = f"fixed {entry.company}"
+    else:
+        others = sorted(settings.owned_companies)
+        company = f"claim {entry.company_claim}"
+        if others:
+            company += f" (not {', '.join(others)})"
+    if entry.roles_claim is None:
+        roles = "none"
+    elif entry.role_map is None:
+        roles = f"{entry.roles_claim} as named"
+    else:
+        roles = f"{entry.roles_claim} {json.dumps(entry.role_map, sort_keys=True)}"
+    return (
+        f"token verifier {name} kind={kind} algorithms={','.join(algorithms)} "
+        f"company={company} platform={'yes' if entry.platform else 'no'} roles={roles}"
+    )
+
+
+def _unverified(token: str) -> tuple[object, object]:
+    """The header and claims of a compact JWS, read without any check, to route it by `iss`:
+    the decode that follows reads the same bytes again, strictly, and verifies them."""
+    header, payload, _ = token.split(".")
+    return _segment(header), _segment(payload)
+
+
+def _segment(part: str) -> object:
+    padded = part.translate(_FROM_URLSAFE) + "=" * (-len(part) % 4)
+    return json.loads(base64.b64decode(padded, validate=True))
+
+
+def _prepared_public_keys(settings: Settings) -> dict[str, Any]:
+    """JWT_PUBLIC_KEY read once for each `RS*`/`ES*` algorithm it fits (parsing the PEM per
+    token would double the cost of a verification); an algorithm it does not fit has no key,
+    and its tokens are a 401."""
+    if settings.jwt_public_key is None:
+        return {}
+    pem = settings.jwt_public_key.get_secret_value()
+    keys: dict[str, Any] = {}
+    for algorithm in settings.jwt_algorithms:
+        if algorithm.startswith("HS"):
+            continue
+        try:
+            keys[algorithm] = jwt.get_algorithm_by_name(algorithm).prepare_key(pem)
+        except _DECODE_ERRORS:
+            logger.warning(
+                "JWT_PUBLIC_KEY is no %s key: %s tokens are refused", algorithm, algorithm
+            )
+    return keys
 
 
 def claim_at(claims: dict[str, Any], path: str) -> object:
@@ -305,18 +430,6 @@ def _has_audience(claims: dict[str, Any], audiences: Iterable[str]) -> bool:
     if isinstance(aud, list) and all(isinstance(item, str) for item in aud):
         return not set(aud).isdisjoint(audiences)
     return False
-
-
-def _principal_from_claims(claims: dict[str, Any]) -> Principal:
-    if any(name not in claims for name in _REQUIRED_CLAIMS):
-        raise Unauthorized
-    sub, company = claims["sub"], claims["company_id"]
-    if not _is_identifier(sub) or not _is_identifier(company, _MAX_COMPANY_ID_LENGTH):
-        raise Unauthorized
-    roles = claims.get("roles", [])
-    if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
-        raise Unauthorized
-    return Principal(user_id=sub, company_id=company, roles=_shared(frozenset(roles) & KNOWN_ROLES))
 
 
 # the few distinct role sets, shared by every cached principal

@@ -138,6 +138,40 @@ class Settings(BaseSettings):
     jwt_leeway_seconds: int = Field(default=0, ge=0, le=300)
     # verified tokens remembered until their exp (~300 bytes each); 0 verifies every request
     jwt_cache_size: int = Field(default=100_000, ge=0)
+    # the static key's confinement, in the shape of an AUTH_ISSUERS entry (docs/identity.md)
+    jwt_company: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description=(
+            "A fixed company id: every static token acts in it, whatever its claims say. "
+            "Unset: the company comes from JWT_COMPANY_CLAIM."
+        ),
+    )
+    jwt_company_claim: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "The claim path of a static token's company id (unset: `company_id`); set at most "
+            "one of JWT_COMPANY, JWT_COMPANY_CLAIM."
+        ),
+    )
+    jwt_platform: bool | None = Field(
+        default=None,
+        description=(
+            "Static tokens may carry `operator` (act on any company). Unset: yes in "
+            "ENVIRONMENT=development only; elsewhere their `operator` is dropped and counted."
+        ),
+    )
+    jwt_role_map: Annotated[dict[str, ServiceRole] | None, NoDecode] = Field(
+        default=None,
+        description=(
+            "Role names of static tokens to service roles, a JSON object such as "
+            '`{"memory-admin": "space_admin"}`; only mapped roles pass. Unset: roles named '
+            "`space_admin` or `operator` pass as they are."
+        ),
+    )
 
     # --- trusted OpenID issuers (docs/identity.md) ---------------------------------------------
     auth_issuers: Annotated[list[IssuerConfig], NoDecode] = Field(
@@ -433,6 +467,13 @@ class Settings(BaseSettings):
             return json.loads(text) if text else []
         return value
 
+    @field_validator("jwt_role_map", mode="before")
+    @classmethod
+    def _read_role_map(cls, value: object) -> object:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else None
+        return value
+
     @field_validator("model_prices", mode="before")
     @classmethod
     def _read_model_prices(cls, value: object) -> object:
@@ -477,6 +518,8 @@ class Settings(BaseSettings):
     def _refuse_dev_secret_outside_development(self) -> Settings:
         if self.jwt_issuer in {entry.issuer for entry in self.auth_issuers}:
             raise ValueError("JWT_ISSUER must not be the issuer of an AUTH_ISSUERS entry")
+        if self.jwt_company is not None and self.jwt_company_claim is not None:
+            raise ValueError("set at most one of JWT_COMPANY, JWT_COMPANY_CLAIM")
         if self.auth_jwks_cache_min_seconds > self.auth_jwks_cache_max_seconds:
             raise ValueError("AUTH_JWKS_CACHE_MIN_SECONDS exceeds AUTH_JWKS_CACHE_MAX_SECONDS")
         if (self.ui_oidc_issuer is None) != (self.ui_oidc_client_id is None):
@@ -496,11 +539,13 @@ class Settings(BaseSettings):
                         f"AUTH_ISSUERS: {url!r} must be https:// (http:// only on loopback, "
                         "or with AUTH_ALLOW_HTTP_ISSUERS)"
                     )
-        hmac = self.static_hmac_enabled and any(a.startswith("HS") for a in self.jwt_algorithms)
-        if hmac and len(self.jwt_secret.get_secret_value().encode()) < _MIN_HMAC_SECRET_BYTES:
+        hmac = [a for a in self.jwt_algorithms if a.startswith("HS")]
+        needed = max((_MIN_HMAC_SECRET_BYTES[a] for a in hmac), default=0)
+        secret_bytes = len(self.jwt_secret.get_secret_value().encode())
+        if self.static_hmac_enabled and secret_bytes < needed:
             raise ValueError(
-                f"JWT_SECRET must be at least {_MIN_HMAC_SECRET_BYTES} bytes for HS* "
-                "algorithms (RFC 7518 3.2)"
+                f"JWT_SECRET must be at least {needed} bytes for {', '.join(hmac)} "
+                "(RFC 7518 3.2: a key as long as the hash output)"
             )
         if self.auth_issuers and self.environment != "development":
             return self._require_static_keys()
@@ -531,10 +576,37 @@ class Settings(BaseSettings):
         return not (self.environment != "development" and self.uses_development_jwt_secret)
 
     @property
+    def static_platform(self) -> bool:
+        """Static tokens may carry `operator`: JWT_PLATFORM, unset meaning development only."""
+        if self.jwt_platform is None:
+            return self.environment == "development"
+        return self.jwt_platform
+
+    @property
+    def static_issuer(self) -> IssuerConfig:
+        """The static key's confinement in the shape of an AUTH_ISSUERS entry: its `iss` and
+        `aud`, its company rule, `sub` and `roles` as its claims, its role map and platform
+        flag. Its keys and algorithms are JWT_SECRET, JWT_PUBLIC_KEY and JWT_ALGORITHMS, not
+        this entry's `jwks_uri` and `algorithms` (unused)."""
+        return IssuerConfig(
+            issuer=self.jwt_issuer,
+            audiences=[self.jwt_audience],
+            company=self.jwt_company,
+            company_claim=None if self.jwt_company else self.jwt_company_claim or "company_id",
+            user_claim="sub",
+            roles_claim="roles",
+            role_map=self.jwt_role_map,
+            platform=self.static_platform,
+        )
+
+    @property
     def owned_companies(self) -> frozenset[str]:
-        """Companies that an issuer of AUTH_ISSUERS owns by a fixed `company`: no token of
-        another issuer, and no static token, may act in them."""
-        return frozenset(entry.company for entry in self.auth_issuers if entry.company)
+        """Companies that an issuer of AUTH_ISSUERS (or the static key) owns by a fixed
+        company: no token of another issuer, and no static token, may act in them."""
+        owned = {entry.company for entry in self.auth_issuers if entry.company}
+        if self.jwt_company is not None:
+            owned.add(self.jwt_company)
+        return frozenset(owned)
 
     @property
     def uses_embedded_database(self) -> bool:
@@ -553,7 +625,8 @@ class Settings(BaseSettings):
         return to_asyncpg_url(self.database_url) if self.database_url else None
 
 
-_MIN_HMAC_SECRET_BYTES = 32
+# RFC 7518 3.2: an HMAC key at least as long as the hash output
+_MIN_HMAC_SECRET_BYTES: Final = {"HS256": 32, "HS384": 48, "HS512": 64}
 
 
 def is_allowed_url(url: str, *, allow_http: bool) -> bool:

@@ -28,6 +28,9 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "environment": "test",
         "database_url": database_url,
         "jwt_secret": SecretStr(TEST_JWT_SECRET),
+        # tests act as operators with static tokens (outside development JWT_PLATFORM is off
+        # unless set)
+        "jwt_platform": True,
         "worker_enabled": False,
         "llm_provider": "rules",
         "db_pool_size": 5,

@@ -9,6 +9,7 @@ an outage, a given Cache-Control).
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections import Counter
@@ -19,11 +20,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jose import jwk, jwt
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 AUDIENCE = "context-memory"
+_HASHES: dict[str, hashes.HashAlgorithm] = {
+    "256": hashes.SHA256(),
+    "384": hashes.SHA384(),
+    "512": hashes.SHA512(),
+}
 _CURVES: dict[str, ec.EllipticCurve] = {
     "ES256": ec.SECP256R1(),
     "ES384": ec.SECP384R1(),
@@ -42,9 +49,11 @@ class SigningKey:
     public_jwk: dict[str, Any]
 
     @classmethod
-    def generate(cls, alg: str = "RS256", kid: str | None = None) -> SigningKey:
+    def generate(
+        cls, alg: str = "RS256", kid: str | None = None, *, rsa_bits: int = 2048
+    ) -> SigningKey:
         if alg.startswith("RS"):
-            private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            private: Any = rsa.generate_private_key(public_exponent=65537, key_size=rsa_bits)
         else:
             private = ec.generate_private_key(_CURVES[alg])
         private_pem = private.private_bytes(
@@ -59,14 +68,33 @@ class SigningKey:
             )
             .decode()
         )
-        public_jwk = jwk.construct(public_pem, alg).to_dict()
+        as_jwk = RSAAlgorithm.to_jwk if alg.startswith("RS") else ECAlgorithm.to_jwk
+        public_jwk = dict(as_jwk(private.public_key(), as_dict=True))
         kid = kid or f"{alg.lower()}-{time.monotonic_ns()}"
         public_jwk.update({"kid": kid, "use": "sig", "alg": alg})
         return cls(kid, alg, private_pem, public_pem, public_jwk)
 
     def sign(self, claims: dict[str, Any], **headers: Any) -> str:
-        header = {"kid": self.kid, **headers}
-        return str(jwt.encode(claims, self.private_pem, algorithm=self.alg, headers=header))
+        """A compact JWS of `claims` with `alg`, `typ` and `kid` (overridable) and `headers`.
+
+        Signed here with `cryptography`, not by a JWT library, which refuses to write some of
+        the hostile tokens the tests need: a `kid` that is no string, an ES256 signature by a
+        P-384 key."""
+        header = {"alg": self.alg, "typ": "JWT", "kid": self.kid, **headers}
+        signing_input = f"{_b64(orjson.dumps(header))}.{_b64(orjson.dumps(claims))}".encode()
+        private: Any = serialization.load_pem_private_key(self.private_pem.encode(), None)
+        digest = _HASHES[self.alg[2:]]
+        if self.alg.startswith("RS"):
+            signature = private.sign(signing_input, padding.PKCS1v15(), digest)
+        else:
+            r, s = decode_dss_signature(private.sign(signing_input, ec.ECDSA(digest)))
+            size = (private.curve.key_size + 7) // 8
+            signature = r.to_bytes(size, "big") + s.to_bytes(size, "big")
+        return f"{signing_input.decode()}.{_b64(signature)}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
 @dataclass
