@@ -8,6 +8,11 @@ allow) is the company's memory policy (`app/enablement/memory_policy.py`), appli
 and stated passwords), `numbers` (python-stdnum checksums), `contacts` (e-mail, phonenumbers),
 `instructions` (text addressed to the assistant); each module's docstring says what it finds
 and which look-alikes it deliberately lets pass.
+
+Every detector reads the canonical text (`canonical`: NFKC, digits of every script as ASCII,
+invisible characters out, look-alike letters folded, markup unwrapped), never the text as
+written; a finding's offsets are mapped back to the text as written. Whoever calls `find` judges
+the canonical text and stores (or redacts) what was written.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from app.detectors.canonical import canonical
 from app.detectors.contacts import find_contacts
 from app.detectors.findings import Category, Finding
 from app.detectors.instructions import is_instruction
@@ -34,26 +40,50 @@ _DETECTORS: Final = (find_secrets, find_numbers, find_contacts)
 
 
 def find(text: str) -> list[Finding]:
-    """Every finding in `text`, in order of `start`.
+    """Every finding in `text`, in order of `start`, judged on its canonical text (offsets are
+    those of `text` as written).
 
     Overlapping value findings are merged into the one of the higher-priority category (secrets
     first, phone numbers last; within a category the longer one). An instruction is a property
     of the whole text rather than a value: it is reported in addition to any values, spanning
-    the whole text, so that a bullet holding both is judged by both.
+    the whole text, so that a bullet holding both is judged by both. A part in parentheses,
+    brackets, backticks or an HTML comment is also judged as an instruction on its own.
     """
+    judged = canonical(text)
     findings: list[Finding] = []
     instruction = False
-    for offset, window in _windows(text):
+    for offset, window in _windows(judged.text):
         for detect in _DETECTORS:
             findings += (
-                Finding(f.category, f.kind, f.start + offset, f.end + offset)
+                Finding(f.category, f.kind, *judged.source_span(f.start + offset, f.end + offset))
                 for f in detect(window)
             )
         instruction = instruction or is_instruction(window)
+    for wrapped in _wrapped(judged.text, judged.segments):
+        instruction = instruction or any(is_instruction(w) for _, w in _windows(wrapped))
     findings = _merge(findings)
     if instruction:
         findings.append(Finding(Category.INSTRUCTIONS, "instruction", 0, len(text)))
     return sorted(findings, key=lambda finding: (finding.start, finding.end))
+
+
+def _wrapped(text: str, segments: tuple[tuple[int, int], ...]) -> Iterator[str]:
+    """The innermost wrapped parts, then the outermost, each set as one text with each part a
+    sentence of its own (each set is at most as long as the text, however deep the nesting)."""
+    if not segments:
+        return
+    ordered = sorted(segments, key=lambda span: (span[0], -span[1]))
+    innermost = [
+        span
+        for span, following in zip(ordered, [*ordered[1:], (len(text), len(text))], strict=True)
+        if following[0] >= span[1]
+    ]
+    outermost: list[tuple[int, int]] = []
+    for span in ordered:
+        if not outermost or span[0] >= outermost[-1][1]:
+            outermost.append(span)
+    for chosen in (innermost, outermost):
+        yield ". ".join(text[start:end].strip() for start, end in chosen)
 
 
 def _windows(text: str) -> Iterator[tuple[int, str]]:

@@ -2,11 +2,21 @@
 pattern and confirmed by python-stdnum's checksum validation.
 
 A candidate is never part of a longer number (no digit, and no decimal or thousands separator
-followed by a digit, on either side), so amounts, versions and dates are not read as ids.
+followed by a digit, on either side), so amounts, versions and dates are not read as ids; a
+separator after a letter is not a number's ("Card no.4111111111111111" is a card number).
+
+A card number is looked for in every run of digit groups joined by spaces, dots, dashes,
+underscores, slashes or middle dots (one of them, or one with a space on either side), as every
+stretch of whole groups that holds 13 to 19 digits: "4111 1111.1111-1111" is one number, and so
+is "Order 7 4111 1111 1111 1111"'s card. A stretch counts when its inner groups have at least
+three digits each (cards are written in fours, or 4-6-5), or when all its groups have one or
+two digits joined by one kind of separator (a number spelt out digit by digit); dates, times
+and lists of years ("30.04.2024-01.05.2024", "2019, 2020") are neither.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -19,11 +29,13 @@ from stdnum.us import ssn as us_ssn
 
 from app.detectors.findings import Category, Finding
 
-_BEFORE: Final = r"(?<![\d.,/-])"
+_BEFORE: Final = r"(?<!\d)(?<!\d[.,/-])(?<![\s/][.,/-])(?<!^[.,/-])"
 _AFTER: Final = r"(?![\d/-]|[.,]\d)"
 
-# 13 to 19 digits, one run or groups joined by single spaces or hyphens.
-_CARD = re.compile(_BEFORE + r"\d(?:[ -]?\d){12,18}" + _AFTER)
+# A run of digit groups, and the separators a card number's groups are written with.
+_DIGIT_RUN = re.compile(_BEFORE + r"\d+(?:(?: ?[._/·-] ?| )\d+)*")
+_GROUP = re.compile(r"\d+")
+_CARD_LENGTHS: Final = range(13, 20)
 # The card schemes' issuer prefixes and lengths: Luhn alone passes one digit run in ten, these
 # leave about one 16-digit run in forty and one 13- or 15-digit run in a few hundred.
 _CARD_SCHEMES: Final = (
@@ -53,10 +65,11 @@ _FR_NIR = re.compile(
 
 
 def find_numbers(text: str) -> Iterator[Finding]:
-    for match in _CARD.finditer(text):
-        digits = re.sub(r"\D", "", match[0])
-        if _evenly_grouped(match[0]) and _is_card(digits):
-            yield Finding(Category.PAYMENT_CARDS, "card-number", match.start(), match.end())
+    for run in _DIGIT_RUN.finditer(text):
+        if _AFTER_NUMBER.match(text, run.end()) is None:
+            continue  # part of a longer number ("1.5" after a run of groups)
+        for start, end in _card_stretches(run):
+            yield Finding(Category.PAYMENT_CARDS, "card-number", start, end)
     for match in _IBAN.finditer(text):
         length = _valid_prefix(match[0])
         if length:
@@ -83,11 +96,42 @@ def _is_card(digits: str) -> bool:
     return any(len(digits) in lengths for lengths in schemes) and luhn.is_valid(digits)
 
 
-def _evenly_grouped(candidate: str) -> bool:
-    """One digit run, or groups of at least four digits joined by one kind of separator (a
-    card is written 4111 1111 1111 1111 or 3782-822463-10005, not 1 2 3 4 ...)."""
-    groups = re.split(r"[ -]", candidate)
-    return len(set(re.sub(r"\d", "", candidate))) <= 1 and all(len(g) >= 4 for g in groups[:-1])
+_AFTER_NUMBER = re.compile(_AFTER)
+
+
+def _card_stretches(run: re.Match[str]) -> Iterator[tuple[int, int]]:
+    """The spans of the stretches of whole groups of `run` that are card numbers (see the
+    module docstring), none inside another."""
+    groups = [
+        (group.start() + run.start(), group.end() + run.start(), group[0])
+        for group in _GROUP.finditer(run[0])
+    ]
+    found: list[tuple[int, int]] = []
+    for first in range(len(groups)):
+        digits = ""
+        for last in range(first, len(groups)):
+            digits += groups[last][2]
+            if len(digits) > _CARD_LENGTHS[-1]:
+                break
+            span = (groups[first][0], groups[last][1])
+            chosen = groups[first : last + 1]
+            if (
+                len(digits) in _CARD_LENGTHS
+                and _card_grouping(run.string, chosen)
+                and _is_card(digits)
+                and not any(start <= span[0] and span[1] <= end for start, end in found)
+            ):
+                found.append(span)
+    return iter(found)
+
+
+def _card_grouping(text: str, groups: list[tuple[int, int, str]]) -> bool:
+    if len(groups) <= 2:
+        return True
+    if all(len(group) >= 3 for _, _, group in groups[1:-1]):
+        return True
+    separators = {text[end:start] for (_, end, _), (start, _, _) in itertools.pairwise(groups)}
+    return len(separators) == 1 and all(len(group) <= 2 for _, _, group in groups)
 
 
 def _valid_prefix(candidate: str) -> int:

@@ -1,0 +1,419 @@
+"""The text the detectors judge: what a memory bullet says with its disguise taken off.
+
+A value can be written so that it reads the same to a person (and to a model) but no longer
+matches a pattern: a card number in full-width or Arabic-Indic digits, a zero-width space inside
+a keyword, a Cyrillic `а` in "pаssword", an instruction in an HTML comment or a Markdown quote.
+`canonical` undoes that, for judging only: the detectors read the canonical text, and every
+finding is mapped back to the characters of the text as written, which is what is stored (or
+redacted, or refused). The canonical text is never stored.
+
+In order:
+
+1. Removed: format characters (zero-width space and joiners, soft hyphen, bidi controls, the
+   invisible tag characters), other controls, variation selectors, the combining grapheme
+   joiner, Hangul fillers, and the combining marks that overlay or enclose a letter (a
+   strike-through over `I` is still an `I`). Whitespace of any kind is one space.
+2. Unicode NFKC, per character with its combining marks: full-width and mathematical letters
+   and digits, ligatures and compatibility forms become their plain forms (`ｐａｓｓ` is
+   `pass`, `𝟒` is `4`, `：` is `:`, `＠` is `@`).
+3. Every decimal digit of any script (Unicode category Nd: Arabic-Indic, Devanagari, Bengali,
+   Thai, ...) is its ASCII digit.
+4. Look-alike letters are folded to Latin with Unicode's confusables data (the
+   `confusable-homoglyphs` package, which ships it), only where it disguises something: in a
+   word that mixes Latin with letters of another script (`pаsswоrd` with Cyrillic а and о,
+   `Ιgnore` with a Greek Ι), and in a word wholly of another script that folds to one of the
+   `KEYWORDS` the detectors look for (`ΡΙΝ`, `КЕУ`). A word written honestly in Greek,
+   Cyrillic, Arabic, Hebrew or any other script is left as it is.
+5. Markup is unwrapped: HTML entities (`&lt;`), Markdown backslash escapes, HTML comment
+   delimiters, backticks, emphasis (`*`, `**`, `_`, `~~` at the edge of a word) and quote
+   markers (`>` opening a line or standing alone) are removed. The content of parentheses,
+   brackets, backticks and HTML comments is also given as `segments`, each judged on its own
+   by the instruction detector (an instruction in parentheses opens its own sentence).
+6. Runs of spaces are one space.
+
+Digit groups are not joined here: the number detectors read groups separated by spaces, dots
+and dashes as one number where a card, an account or an id number may be written that way
+(`numbers`). Pure; bounded linear work per character.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+from confusable_homoglyphs import categories, confusables
+
+KEYWORDS: Final = frozenset(
+    {
+        # secrets
+        "password",
+        "passwort",
+        "passphrase",
+        "passcode",
+        "pass",
+        "pw",
+        "pwd",
+        "pin",
+        "kennwort",
+        "token",
+        "key",
+        "secret",
+        "api",
+        "login",
+        "user",
+        "admin",
+        "iban",
+        "card",
+        "ssn",
+        # instructions
+        "ignore",
+        "ignoriere",
+        "disregard",
+        "forget",
+        "vergiss",
+        "override",
+        "bypass",
+        "previous",
+        "prior",
+        "above",
+        "all",
+        "instructions",
+        "instruction",
+        "rules",
+        "system",
+        "prompt",
+        "assistant",
+        "always",
+        "never",
+        "only",
+        "you",
+        "your",
+        "must",
+        "reveal",
+        "recommend",
+        "promote",
+        "act",
+        "as",
+        "new",
+        "note",
+        "from",
+        "now",
+        "on",
+    }
+)
+"""Words a whole token of another script is folded into when it looks like one of them."""
+
+_REMOVED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+_FILLERS: Final = frozenset("\u034f\u115f\u1160\u3164\uffa0")
+_OVERLAY_CLASS: Final = 1  # canonical combining class of the overlay marks (U+0335 ...)
+_SEGMENT_PAIRS: Final = {"(": ")", "[": "]", "{": "}"}
+_ENTITIES: Final = (
+    ("&lt;", "<"),
+    ("&gt;", ">"),
+    ("&amp;", "&"),
+    ("&quot;", '"'),
+    ("&#39;", "'"),
+    ("&apos;", "'"),
+    ("&nbsp;", " "),
+)
+_ASCII_PUNCTUATION: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_EMPHASIS: Final = frozenset("*_~")
+_PLAIN: Final = re.compile(r"[A-Za-z0-9 ,.;:!?'\"/+=@%#$-]*")  # nothing to take off
+_LATIN: Final = "LATIN"
+_NEUTRAL_SCRIPTS: Final = frozenset({"COMMON", "INHERITED", "Unknown"})
+
+
+@dataclass(frozen=True, slots=True)
+class Canonical:
+    """The canonical text; for each of its characters, the span of the text as written it
+    came from (`starts[i]`, `ends[i]`); and the wrapped parts (`segments`, spans of `text`)."""
+
+    text: str
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    source_length: int
+    segments: tuple[tuple[int, int], ...] = ()
+
+    def source_span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of the text as written that the canonical `text[start:end]` came from."""
+        if not self.text:
+            return 0, self.source_length
+        start = min(max(start, 0), len(self.text) - 1)
+        end = min(max(end, start + 1), len(self.text))
+        return self.starts[start], self.ends[end - 1]
+
+
+@dataclass(slots=True)
+class _Piece:
+    char: str
+    start: int
+    end: int
+
+
+def canonical(text: str) -> Canonical:
+    """`text` with its disguise taken off (see the module docstring)."""
+    if _PLAIN.fullmatch(text) and "  " not in text:
+        return Canonical(text, tuple(range(len(text))), tuple(range(1, len(text) + 1)), len(text))
+    pieces = list(_characters(text))
+    pieces = _fold_look_alikes(pieces)
+    pieces = _decode_entities(pieces)
+    pieces = _unescape(pieces)
+    pieces, segments = _unwrap(pieces)
+    return _collapse(pieces, segments, len(text))
+
+
+# --- characters -----------------------------------------------------------------------------
+
+
+def _clusters(text: str) -> Iterator[tuple[int, int]]:
+    """Spans of a base character with the combining marks that follow it."""
+    start = 0
+    for index in range(1, len(text) + 1):
+        if index == len(text) or not unicodedata.combining(text[index]):
+            yield start, index
+            start = index
+
+
+def _characters(text: str) -> Iterator[_Piece]:
+    """Steps 1 to 3: removed, NFKC, decimal digits."""
+    for start, end in _clusters(text):
+        kept = "".join(_kept(char) for char in text[start:end])
+        for char in unicodedata.normalize("NFKC", kept) if kept else "":
+            if char.isspace():
+                yield _Piece(" ", start, end)
+                continue
+            digit = unicodedata.decimal(char, None)
+            yield _Piece(char if digit is None else str(digit), start, end)
+
+
+def _kept(char: str) -> str:
+    if char.isspace():
+        return " "
+    if char.isascii():
+        return char
+    if char in _FILLERS or unicodedata.category(char) in _REMOVED_CATEGORIES:
+        return ""
+    if "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef":
+        return ""  # variation selectors
+    if unicodedata.category(char) == "Me" or unicodedata.combining(char) == _OVERLAY_CLASS:
+        return ""
+    return char
+
+
+# --- look-alikes ----------------------------------------------------------------------------
+
+
+def _fold_look_alikes(pieces: list[_Piece]) -> list[_Piece]:
+    """Step 4, word by word (a word: letters, digits and marks)."""
+    start = 0
+    while start < len(pieces):
+        if not _wordish(pieces[start].char):
+            start += 1
+            continue
+        end = start
+        while end < len(pieces) and _wordish(pieces[end].char):
+            end += 1
+        word = "".join(piece.char for piece in pieces[start:end])
+        folded = _fold_word(word)
+        if folded != word:
+            for piece, char in zip(pieces[start:end], folded, strict=True):
+                piece.char = char
+        start = end
+    return pieces
+
+
+def _wordish(char: str) -> bool:
+    return char.isalnum() or unicodedata.category(char).startswith("M")
+
+
+def _fold_word(word: str) -> str:
+    if word.isascii():
+        return word
+    scripts = {_script(char) for char in word if char.isalpha()} - _NEUTRAL_SCRIPTS
+    if not scripts or scripts == {_LATIN}:
+        return word
+    folded = "".join(_latin(char) or char for char in word)
+    keyword = _keyword(folded)
+    if keyword is not None:
+        return keyword
+    return folded if _LATIN in scripts else word
+
+
+def _keyword(folded: str) -> str | None:
+    """`folded` spelt as the keyword it reads as, in its case (`l` and `I` look alike)."""
+    if not folded.isascii():
+        return None
+    skeleton = folded.casefold().replace("l", "i")
+    match = _KEYWORD_SKELETONS.get(skeleton)
+    if match is None:
+        return None
+    return "".join(
+        new.upper() if old.isupper() else new for old, new in zip(folded, match, strict=True)
+    )
+
+
+_KEYWORD_SKELETONS: Final = {word.replace("l", "i"): word for word in KEYWORDS}
+
+
+@lru_cache(maxsize=4096)
+def _script(char: str) -> str:
+    return str(categories.alias(char))
+
+
+@lru_cache(maxsize=4096)
+def _latin(char: str) -> str | None:
+    """The ASCII letter `char` is confusable with, in its case (None: none, or it is ASCII)."""
+    if char.isascii():
+        return None
+    homoglyphs: Sequence[dict[str, str]] = confusables.confusables_data.get(char, ())
+    letters = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii()]
+    letters = [letter for letter in letters if letter.isalpha()]
+    if not letters:
+        return None
+    same_case = [letter for letter in letters if letter.isupper() == char.isupper()]
+    letter = (same_case or letters)[0]
+    if letter == "l" and char.isupper():
+        return "I"  # a capital Ι or І is read as an I, not as an l
+    return letter
+
+
+# --- markup ---------------------------------------------------------------------------------
+
+
+def _decode_entities(pieces: list[_Piece]) -> list[_Piece]:
+    text = "".join(piece.char for piece in pieces)
+    if "&" not in text:
+        return pieces
+    out: list[_Piece] = []
+    index = 0
+    while index < len(pieces):
+        for entity, char in _ENTITIES:
+            if text.startswith(entity, index):
+                last = pieces[index + len(entity) - 1]
+                out.append(_Piece(char, pieces[index].start, last.end))
+                index += len(entity)
+                break
+        else:
+            out.append(pieces[index])
+            index += 1
+    return out
+
+
+def _unescape(pieces: list[_Piece]) -> list[_Piece]:
+    """Markdown backslash escapes: the backslash goes, the character stays."""
+    out: list[_Piece] = []
+    index = 0
+    while index < len(pieces):
+        piece = pieces[index]
+        following = pieces[index + 1].char if index + 1 < len(pieces) else ""
+        if piece.char == "\\" and following in _ASCII_PUNCTUATION:
+            out.append(pieces[index + 1])
+            index += 2
+            continue
+        out.append(piece)
+        index += 1
+    return out
+
+
+def _unwrap(pieces: list[_Piece]) -> tuple[list[_Piece], list[tuple[int, int]]]:
+    """Step 5: comment delimiters, backticks, emphasis and quote markers out (a comment
+    delimiter leaves a space); the wrapped parts as segments of the result."""
+    text = "".join(piece.char for piece in pieces)
+    out: list[_Piece] = []
+    segments: list[tuple[int, int]] = []
+    opened: list[tuple[str, int]] = []  # closing character, where its content starts in `out`
+    lead = len(text) - len(text.lstrip(" >"))
+    index = 0
+    while index < len(pieces):
+        piece = pieces[index]
+        char = piece.char
+        if text.startswith("<!--", index) or text.startswith("-->", index):
+            width = 4 if char == "<" else 3
+            out.append(_Piece(" ", piece.start, pieces[index + width - 1].end))
+            _toggle(opened, segments, "-->", len(out), closing=char != "<")
+            index += width
+            continue
+        if char == "`":
+            _toggle(opened, segments, "`", len(out), closing=bool(opened and opened[-1][0] == "`"))
+            index += 1
+            continue
+        if char in _SEGMENT_PAIRS:
+            opened.append((_SEGMENT_PAIRS[char], len(out) + 1))
+        elif opened and char == opened[-1][0]:
+            segments.append((opened.pop()[1], len(out)))
+        if _is_delimiter(text, index, lead):
+            index += 1
+            continue
+        out.append(piece)
+        index += 1
+    return out, segments
+
+
+def _toggle(
+    opened: list[tuple[str, int]],
+    segments: list[tuple[int, int]],
+    closer: str,
+    position: int,
+    *,
+    closing: bool,
+) -> None:
+    if closing:
+        while opened:
+            wanted, start = opened.pop()
+            if wanted == closer:
+                segments.append((start, position))
+                return
+        segments.append((0, position))  # a closer with no opener closes from the start
+        return
+    opened.append((closer, position))
+
+
+def _is_delimiter(text: str, index: int, lead: int) -> bool:
+    """Whether `text[index]` is emphasis at the edge of a word, or a quote marker (`lead`: the
+    length of the quote markers and spaces opening the text)."""
+    char = text[index]
+    before = text[index - 1] if index else " "
+    after = text[index + 1] if index + 1 < len(text) else " "
+    if char == ">":
+        alone = before in " >" and after in " >"
+        return index < lead or alone
+    if char not in _EMPHASIS:
+        return False
+    if char == "~" and "~" not in (before, after):
+        return False  # strike-through is ~~, a single ~ is "about"
+    return not (_word_character(before) and _word_character(after))
+
+
+def _word_character(char: str) -> bool:
+    return char.isalnum() or char in _EMPHASIS
+
+
+def _collapse(pieces: list[_Piece], segments: list[tuple[int, int]], length: int) -> Canonical:
+    """Step 6, keeping the segments' positions; empty segments dropped."""
+    kept: list[_Piece] = []
+    position = [0] * (len(pieces) + 1)
+    for index, piece in enumerate(pieces):
+        position[index] = len(kept)
+        if piece.char == " " and (not kept or kept[-1].char == " "):
+            continue
+        kept.append(piece)
+    position[len(pieces)] = len(kept)
+    while kept and kept[-1].char == " ":
+        kept.pop()
+    text = "".join(piece.char for piece in kept)
+    spans = {
+        (position[start], min(position[end], len(text)))
+        for start, end in segments
+        if text[position[start] : position[end]].strip()
+    }
+    return Canonical(
+        text,
+        tuple(piece.start for piece in kept),
+        tuple(piece.end for piece in kept),
+        length,
+        tuple(sorted(spans)),
+    )
