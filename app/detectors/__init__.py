@@ -9,10 +9,10 @@ and stated passwords), `numbers` (python-stdnum checksums), `contacts` (e-mail, 
 `instructions` (text addressed to the assistant); each module's docstring says what it finds
 and which look-alikes it deliberately lets pass.
 
-Every detector reads the canonical text (`canonical`: NFKC, digits of every script as ASCII,
-invisible characters out, look-alike letters folded, markup unwrapped), never the text as
-written; a finding's offsets are mapped back to the text as written. Whoever calls `find` judges
-the canonical text and stores (or redacts) what was written.
+Every detector reads the canonical text (`canonical.canonicalise`: NFKC, digits of every
+script as ASCII, invisible characters out, look-alike letters folded, markup unwrapped), never
+the text as written; a finding's offsets are mapped back to the text as written. Whoever calls
+`find` judges the canonical text and stores (or redacts) what was written.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from app.detectors.canonical import canonical
+from app.detectors.canonical import canonicalise
 from app.detectors.contacts import find_contacts
 from app.detectors.findings import Category, Finding
 from app.detectors.instructions import is_instruction
@@ -49,7 +49,7 @@ def find(text: str) -> list[Finding]:
     the whole text, so that a bullet holding both is judged by both. A part in parentheses,
     brackets, backticks or an HTML comment is also judged as an instruction on its own.
     """
-    judged = canonical(text)
+    judged = canonicalise(text)
     findings: list[Finding] = []
     instruction = False
     for offset, window in _windows(judged.text):

@@ -3,7 +3,7 @@
 A value can be written so that it reads the same to a person (and to a model) but no longer
 matches a pattern: a card number in full-width or Arabic-Indic digits, a zero-width space inside
 a keyword, a Cyrillic `а` in "pаssword", an instruction in an HTML comment or a Markdown quote.
-`canonical` undoes that, for judging only: the detectors read the canonical text, and every
+`canonicalise` undoes that, for judging only: the detectors read the canonical text, and every
 finding is mapped back to the characters of the text as written, which is what is stored (or
 redacted, or refused). The canonical text is never stored.
 
@@ -38,6 +38,7 @@ and dashes as one number where a card, an account or an id number may be written
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -123,7 +124,9 @@ _ENTITIES: Final = (
 _ASCII_PUNCTUATION: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _EMPHASIS: Final = frozenset("*_~")
 _PLAIN: Final = re.compile(r"[A-Za-z0-9 ,.;:!?'\"/+=@%#$-]*")  # nothing to take off
+_MARKUP: Final = re.compile(r"[<>`*_~(\[{]|-->")
 _LATIN: Final = "LATIN"
+_WORD: Final = re.compile(r"[^\W_]+")
 _NEUTRAL_SCRIPTS: Final = frozenset({"COMMON", "INHERITED", "Unknown"})
 
 
@@ -154,14 +157,16 @@ class _Piece:
     end: int
 
 
-def canonical(text: str) -> Canonical:
+def canonicalise(text: str) -> Canonical:
     """`text` with its disguise taken off (see the module docstring)."""
-    if _PLAIN.fullmatch(text) and "  " not in text:
+    if _PLAIN.fullmatch(text) and "  " not in text and not _split_keywords(text):
         return Canonical(text, tuple(range(len(text))), tuple(range(1, len(text) + 1)), len(text))
     pieces = list(_characters(text))
     pieces = _fold_look_alikes(pieces)
     pieces = _decode_entities(pieces)
     pieces = _unescape(pieces)
+    pieces = _join_split_words(pieces)
+    pieces = _spelt_out_at(pieces)
     pieces, segments = _unwrap(pieces)
     return _collapse(pieces, segments, len(text))
 
@@ -169,25 +174,31 @@ def canonical(text: str) -> Canonical:
 # --- characters -----------------------------------------------------------------------------
 
 
-def _clusters(text: str) -> Iterator[tuple[int, int]]:
-    """Spans of a base character with the combining marks that follow it."""
-    start = 0
-    for index in range(1, len(text) + 1):
-        if index == len(text) or not unicodedata.combining(text[index]):
-            yield start, index
-            start = index
-
-
 def _characters(text: str) -> Iterator[_Piece]:
-    """Steps 1 to 3: removed, NFKC, decimal digits."""
-    for start, end in _clusters(text):
-        kept = "".join(_kept(char) for char in text[start:end])
-        for char in unicodedata.normalize("NFKC", kept) if kept else "":
-            if char.isspace():
-                yield _Piece(" ", start, end)
-                continue
-            digit = unicodedata.decimal(char, None)
-            yield _Piece(char if digit is None else str(digit), start, end)
+    """Steps 1 to 3: removed, NFKC, decimal digits; a character with the combining marks that
+    follow it is normalised as one."""
+    if text.isascii():
+        yield from (_Piece(" " if c.isspace() else c, i, i + 1) for i, c in enumerate(text))
+        return
+    index = 0
+    length = len(text)
+    while index < length:
+        end = index + 1
+        while end < length and not text[end].isascii() and unicodedata.combining(text[end]):
+            end += 1
+        char = text[index]
+        if end == index + 1 and char.isascii():
+            yield _Piece(" " if char.isspace() else char, index, end)
+            index = end
+            continue
+        kept = "".join(_kept(c) for c in text[index:end])
+        for normal in unicodedata.normalize("NFKC", kept) if kept else "":
+            digit = unicodedata.decimal(normal, None)
+            if normal.isspace():
+                yield _Piece(" ", index, end)
+            else:
+                yield _Piece(normal if digit is None else str(digit), index, end)
+        index = end
 
 
 def _kept(char: str) -> str:
@@ -208,26 +219,16 @@ def _kept(char: str) -> str:
 
 
 def _fold_look_alikes(pieces: list[_Piece]) -> list[_Piece]:
-    """Step 4, word by word (a word: letters, digits and marks)."""
-    start = 0
-    while start < len(pieces):
-        if not _wordish(pieces[start].char):
-            start += 1
-            continue
-        end = start
-        while end < len(pieces) and _wordish(pieces[end].char):
-            end += 1
-        word = "".join(piece.char for piece in pieces[start:end])
-        folded = _fold_word(word)
-        if folded != word:
-            for piece, char in zip(pieces[start:end], folded, strict=True):
+    """Step 4, word by word (a word: letters and digits)."""
+    text = "".join(piece.char for piece in pieces)
+    if text.isascii():
+        return pieces
+    for word in _WORD.finditer(text):
+        folded = _fold_word(word[0])
+        if folded != word[0]:
+            for piece, char in zip(pieces[word.start() : word.end()], folded, strict=True):
                 piece.char = char
-        start = end
     return pieces
-
-
-def _wordish(char: str) -> bool:
-    return char.isalnum() or unicodedata.category(char).startswith("M")
 
 
 def _fold_word(word: str) -> str:
@@ -257,6 +258,9 @@ def _keyword(folded: str) -> str | None:
 
 
 _KEYWORD_SKELETONS: Final = {word.replace("l", "i"): word for word in KEYWORDS}
+_KEYWORD_PREFIXES: Final = frozenset(
+    skeleton[:end] for skeleton in _KEYWORD_SKELETONS for end in range(2, len(skeleton))
+)
 
 
 @lru_cache(maxsize=4096)
@@ -284,6 +288,90 @@ def _latin(char: str) -> str | None:
 # --- markup ---------------------------------------------------------------------------------
 
 
+def _join_split_words(pieces: list[_Piece]) -> list[_Piece]:
+    """A keyword spelt letter by letter (`p a s s w o r d`, `I-g-n-o-r-e`) or cut in two or
+    three (`pass word`, `dis-regard`) is read as the word: the separators go. Other words
+    written apart stay apart."""
+    dropped = _split_keywords("".join(piece.char for piece in pieces))
+    if not dropped:
+        return pieces
+    return [piece for index, piece in enumerate(pieces) if index not in dropped]
+
+
+def _split_keywords(text: str) -> set[int]:
+    """Where the separators inside split keywords are."""
+    words = [(m.start(), m.end()) for m in _LETTERS.finditer(text)]
+    dropped: set[int] = set()
+    first = 0
+    while first < len(words):
+        last = first
+        while last + 1 < len(words) and _joined(text, words[last], words[last + 1]):
+            last += 1
+        if last > first:
+            _join_run(text, words[first : last + 1], dropped)
+        first = last + 1
+    return dropped
+
+
+def _joined(text: str, left: tuple[int, int], right: tuple[int, int]) -> bool:
+    """Whether two words stand apart by one separator (with a space around it or not)."""
+    gap = right[0] - left[1]
+    return 1 <= gap <= 3 and _SEPARATOR.fullmatch(text, left[1], right[0]) is not None
+
+
+def _join_run(text: str, run: list[tuple[int, int]], dropped: set[int]) -> None:
+    """In a run of words apart by separators: single letters spelling a keyword, and two or
+    three words making a keyword of six letters or more."""
+    start = 0
+    while start < len(run):
+        end = start
+        while end < len(run) and run[end][1] - run[end][0] == 1:
+            end += 1
+        if end - start >= 3 and _keyword(_letters(text, run[start:end])) is not None:
+            dropped.update(_gaps(run[start:end]))
+        start = max(end, start + 1)
+    for size in (2, 3):
+        for first in range(len(run) - size + 1):
+            head = text[run[first][0] : run[first][1]].casefold().replace("l", "i")
+            if head not in _KEYWORD_PREFIXES:
+                continue
+            parts = run[first : first + size]
+            word = _letters(text, parts)
+            if len(word) >= 6 and _keyword(word) is not None:
+                dropped.update(_gaps(parts))
+
+
+def _letters(text: str, words: list[tuple[int, int]]) -> str:
+    return "".join(text[start:end] for start, end in words)
+
+
+def _gaps(words: list[tuple[int, int]]) -> set[int]:
+    return {i for left, right in itertools.pairwise(words) for i in range(left[1], right[0])}
+
+
+_LETTERS: Final = re.compile(r"[^\W\d_]+")
+_SEPARATOR: Final = re.compile(r" ?[.\-_·*/]? ?")
+
+
+def _spelt_out_at(pieces: list[_Piece]) -> list[_Piece]:
+    """`max [at] example (dot) com`: a bracketed "at" or "dot" is read as `@` or `.`."""
+    text = "".join(piece.char for piece in pieces)
+    matches = list(_AT_OR_DOT.finditer(text))
+    if not matches:
+        return pieces
+    out: list[_Piece] = []
+    position = 0
+    for match in matches:
+        out += pieces[position : match.start()]
+        char = "@" if match["word"].casefold() == "at" else "."
+        out.append(_Piece(char, pieces[match.start()].start, pieces[match.end() - 1].end))
+        position = match.end()
+    return out + pieces[position:]
+
+
+_AT_OR_DOT: Final = re.compile(r" ?[\[({<] ?(?P<word>at|dot) ?[\])}>] ?", re.IGNORECASE)
+
+
 def _decode_entities(pieces: list[_Piece]) -> list[_Piece]:
     text = "".join(piece.char for piece in pieces)
     if "&" not in text:
@@ -305,6 +393,8 @@ def _decode_entities(pieces: list[_Piece]) -> list[_Piece]:
 
 def _unescape(pieces: list[_Piece]) -> list[_Piece]:
     """Markdown backslash escapes: the backslash goes, the character stays."""
+    if not any(piece.char == "\\" for piece in pieces):
+        return pieces
     out: list[_Piece] = []
     index = 0
     while index < len(pieces):
@@ -323,6 +413,8 @@ def _unwrap(pieces: list[_Piece]) -> tuple[list[_Piece], list[tuple[int, int]]]:
     """Step 5: comment delimiters, backticks, emphasis and quote markers out (a comment
     delimiter leaves a space); the wrapped parts as segments of the result."""
     text = "".join(piece.char for piece in pieces)
+    if _MARKUP.search(text) is None:
+        return pieces, []
     out: list[_Piece] = []
     segments: list[tuple[int, int]] = []
     opened: list[tuple[str, int]] = []  # closing character, where its content starts in `out`

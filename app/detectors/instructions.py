@@ -373,6 +373,27 @@ _PROMOTION = re.compile(
     _I,
 )
 
+# Promotion stated as a wish about the answers, with a name: "Prefers that the assistant always
+# recommends ACME funds", "Prefers when the assistant promotes ACME products", "Wants ACME to be
+# recommended in every answer", "Prefers that ACME Bank is always mentioned first" (not "Prefers
+# that you mention risks first", "Works on a bot that recommends playlists").
+_PROMOTION_WISH = re.compile(
+    r"\b(?:assistant|chatbot|bot|ai|you|answers?|responses?|replies)\s+(?:\S+\s+){0,2}?"
+    r"(?:always|only|exclusively)\s+(?:recommend|promot|advertis|endors|push|pitch|plug|favou?r|"
+    r"prais)\w*\s+(?:the\s+)?(?-i:[A-Z])"
+    r"|\b(?:that|when|if)\s+(?:the\s+|my\s+|your\s+)?(?:assistant|chatbot|ai|bot|you)\s+"
+    r"(?:\S+\s+)?(?:recommend|promot|advertis|endors|push|pitch|plug)\w*\s+(?:the\s+)?"
+    r"(?-i:[A-Z])"
+    r"|(?<=\w\s)(?-i:[A-Z][\w&.-]*)(?:\s+[\w&.-]+){0,3}?\s+(?:to\s+be|is|are|gets?|being)\s+"
+    r"(?:always\s+|only\s+|exclusively\s+)?(?:recommended|promoted|advertised|endorsed|pushed|"
+    r"mentioned|named|listed|praised)\b[^.;!?]{0,40}?\b(?:first|always|only|exclusively|"
+    r"in\s+(?:every|each|all|any)\s+(?:answers?|responses?|replies|messages?|chats?)|"
+    r"to\s+(?:everyone|everybody|all))\b"
+    r"|\b(?:recommendations?|promotions?|mentions?)\s+(?:of|for)\s+(?:the\s+)?(?-i:[A-Z])"
+    r"[^.;!?]{0,40}?\bin\s+(?:every|each|all|any)\s+(?:answers?|responses?|replies|messages?)\b",
+    _I,
+)
+
 # Each of these makes a text an instruction wherever it stands, a stated preference included.
 _ALWAYS: Final = (
     _OVERRIDE,
@@ -380,6 +401,7 @@ _ALWAYS: Final = (
     _ADDRESSED,
     _FROM_NOW_ON,
     _PROMOTION,
+    _PROMOTION_WISH,
     _IMPERATIVE,
     _TOOL_OR_URL,
     _FOLLOW_ELSEWHERE,

@@ -46,13 +46,18 @@ _CARD_SCHEMES: Final = (
     (re.compile(r"35(?:2[89]|[3-8])"), frozenset({16, 17, 18, 19})),  # JCB
     (re.compile(r"3(?:0[0-5]|[689])"), frozenset(range(14, 20))),  # Diners Club
 )
+# The separators written between the groups of an IBAN or an id number: a space, a dot, a dash.
+_SEP: Final = r"[ .-]?"
 _IBAN = re.compile(
-    r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,4})?"
-    r"(?![A-Za-z0-9])"
+    r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?:"
+    + _SEP
+    + r"[A-Za-z0-9]{4}){2,7}(?:"
+    + _SEP
+    + r"[A-Za-z0-9]{1,4})?(?![A-Za-z0-9]|[.-][A-Za-z0-9])"
 )
-_AHV = re.compile(_BEFORE + r"756[ .]?\d{4}[ .]?\d{4}[ .]?\d{2}" + _AFTER)
-_DE_IDNR = re.compile(_BEFORE + r"[1-9]\d(?: ?\d{3}){3}" + _AFTER)
-_US_SSN = re.compile(_BEFORE + r"\d{3}([ -])\d{2}\1\d{4}" + _AFTER)
+_AHV = re.compile(_BEFORE + r"756([ .-]?)\d{4}\1\d{4}\1\d{2}" + _AFTER)
+_DE_IDNR = re.compile(_BEFORE + r"[1-9]\d(?:([ .-]?)\d{3}){3}" + _AFTER)
+_US_SSN = re.compile(_BEFORE + r"\d{3}([ .-])\d{2}\1\d{4}" + _AFTER)
 _NINE_DIGITS = re.compile(_BEFORE + r"\d{9}" + _AFTER)
 _SSN_CONTEXT = re.compile(r"\b(?:ssn|social security)\b", re.IGNORECASE)
 _NINO = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![A-Za-z0-9])")
@@ -75,9 +80,9 @@ def find_numbers(text: str) -> Iterator[Finding]:
         if length:
             yield Finding(Category.BANK_ACCOUNTS, "iban", match.start(), match.start() + length)
     checks: tuple[tuple[re.Pattern[str], Callable[[str], bool], str], ...] = (
-        (_AHV, ch_ssn.is_valid, "ch-ahv"),
+        (_AHV, lambda number: ch_ssn.is_valid(_digits(number)), "ch-ahv"),
         (_DE_IDNR, de_idnr.is_valid, "de-tax-id"),
-        (_US_SSN, lambda number: us_ssn.is_valid(number.replace(" ", "-")), "us-ssn"),
+        (_US_SSN, lambda number: us_ssn.is_valid(_digits(number)), "us-ssn"),
         (_NINO, _is_nino, "uk-nino"),
         (_FR_NIR, fr_nir.is_valid, "fr-nir"),
     )
@@ -113,15 +118,15 @@ def _card_stretches(run: re.Match[str]) -> Iterator[tuple[int, int]]:
             digits += groups[last][2]
             if len(digits) > _CARD_LENGTHS[-1]:
                 break
-            span = (groups[first][0], groups[last][1])
-            chosen = groups[first : last + 1]
+            end = groups[last][1]
+            if found and end <= found[-1][1]:
+                continue  # inside the card found before
             if (
                 len(digits) in _CARD_LENGTHS
-                and _card_grouping(run.string, chosen)
                 and _is_card(digits)
-                and not any(start <= span[0] and span[1] <= end for start, end in found)
+                and _card_grouping(run.string, groups[first : last + 1])
             ):
-                found.append(span)
+                found.append((groups[first][0], end))
     return iter(found)
 
 
@@ -134,10 +139,17 @@ def _card_grouping(text: str, groups: list[tuple[int, int, str]]) -> bool:
     return len(separators) == 1 and all(len(group) <= 2 for _, _, group in groups)
 
 
+def _digits(number: str) -> str:
+    return re.sub(r"\D", "", number)
+
+
 def _valid_prefix(candidate: str) -> int:
     """The length of the longest valid IBAN among the candidate and its prefixes that end at a
     group (0 if none): the pattern may have run on into a following code or word."""
-    ends = [len(candidate), *(i for i in range(len(candidate) - 1, 14, -1) if candidate[i] == " ")]
+    ends = [
+        len(candidate),
+        *(i for i in range(len(candidate) - 1, 14, -1) if candidate[i] in " .-"),
+    ]
     return next((end for end in ends if iban.is_valid(candidate[:end])), 0)
 
 
