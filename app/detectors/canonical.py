@@ -122,7 +122,6 @@ _ENTITIES: Final = (
     ("&nbsp;", " "),
 )
 _ASCII_PUNCTUATION: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
-_EMPHASIS: Final = frozenset("*_~")
 _PLAIN: Final = re.compile(r"[A-Za-z0-9 ,.;:!?'\"/+=@%#$-]*")  # nothing to take off
 _MARKUP: Final = re.compile(r"[<>`*_~(\[{]|-->")
 _LATIN: Final = "LATIN"
@@ -419,6 +418,7 @@ def _unwrap(pieces: list[_Piece]) -> tuple[list[_Piece], list[tuple[int, int]]]:
     segments: list[tuple[int, int]] = []
     opened: list[tuple[str, int]] = []  # closing character, where its content starts in `out`
     lead = len(text) - len(text.lstrip(" >"))
+    emphasis = _emphasis(text)
     index = 0
     while index < len(pieces):
         piece = pieces[index]
@@ -437,7 +437,7 @@ def _unwrap(pieces: list[_Piece]) -> tuple[list[_Piece], list[tuple[int, int]]]:
             opened.append((_SEGMENT_PAIRS[char], len(out) + 1))
         elif opened and char == opened[-1][0]:
             segments.append((opened.pop()[1], len(out)))
-        if _is_delimiter(text, index, lead):
+        if _is_delimiter(text, index, lead, emphasis):
             index += 1
             continue
         out.append(piece)
@@ -464,24 +464,30 @@ def _toggle(
     opened.append((closer, position))
 
 
-def _is_delimiter(text: str, index: int, lead: int) -> bool:
-    """Whether `text[index]` is emphasis at the edge of a word, or a quote marker (`lead`: the
-    length of the quote markers and spaces opening the text)."""
-    char = text[index]
+def _is_delimiter(text: str, index: int, lead: int, emphasis: set[int]) -> bool:
+    """Whether `text[index]` is emphasis (`emphasis`: where it is) or a quote marker (`lead`:
+    the length of the quote markers and spaces opening the text)."""
+    if text[index] != ">":
+        return index in emphasis
     before = text[index - 1] if index else " "
     after = text[index + 1] if index + 1 < len(text) else " "
-    if char == ">":
-        alone = before in " >" and after in " >"
-        return index < lead or alone
-    if char not in _EMPHASIS:
-        return False
-    if char == "~" and "~" not in (before, after):
-        return False  # strike-through is ~~, a single ~ is "about"
-    return not (_word_character(before) and _word_character(after))
+    return index < lead or (before in " >" and after in " >")
 
 
-def _word_character(char: str) -> bool:
-    return char.isalnum() or char in _EMPHASIS
+def _emphasis(text: str) -> set[int]:
+    """Where the runs of `*`, `_` and `~` at the edge of a word are (a run inside a word, as in
+    `snake_case`, and a single `~`, as in `~5`, are not emphasis)."""
+    found: set[int] = set()
+    for run in _EMPHASIS_RUN.finditer(text):
+        before = text[run.start() - 1] if run.start() else " "
+        after = text[run.end()] if run.end() < len(text) else " "
+        if run[0] == "~" or (before.isalnum() and after.isalnum()):
+            continue
+        found.update(range(run.start(), run.end()))
+    return found
+
+
+_EMPHASIS_RUN: Final = re.compile(r"[*_~]+")
 
 
 def _collapse(pieces: list[_Piece], segments: list[tuple[int, int]], length: int) -> Canonical:
