@@ -69,6 +69,7 @@ CARDS = [
     ("Card 4111·1111·1111·1111", "4111·1111·1111·1111"),
     ("Card 4 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1", "4 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"),
     ("Card 41 11 11 11 11 11 11 11", "41 11 11 11 11 11 11 11"),
+    ("Card 4232 33 21 1325 0723", "4232 33 21 1325 0723"),
     ("Order 7 and card 4111 1111 1111 1111", "4111 1111 1111 1111"),
     (f"Card {spaced(CARD, 4, ZWSP)}", spaced(CARD, 4, ZWSP)),
     (f"Card {spaced(CARD, 4, WJ)}", spaced(CARD, 4, WJ)),
@@ -100,6 +101,7 @@ IDS = [
     ("SSN 536.90.4399", "536.90.4399"),
     ("Steuer-ID 36.574.261.809", "36.574.261.809"),
 ]
+FULL_WIDTH_AWS = "ＡＫＩＡＩＯＳＦＯＤＮＮ７ＥＸＡＭＰＬＥ"
 SECRETS = [
     ("My pаssword is hunter2horse", "hunter2horse"),  # Cyrillic а
     ("My раsswоrd is hunter2horse", "hunter2horse"),  # Cyrillic р, а, о
@@ -119,6 +121,8 @@ SECRETS = [
     ("ΡΙΝ: 4921", "4921"),  # Greek capitals
     ("`Password: hunter2horse`", "hunter2horse"),
     ("**Password:** hunter2horse", "hunter2horse"),
+    ("AWS key AKIA IOSF ODNN 7EXA MPLE", "AKIA IOSF ODNN 7EXA MPLE"),
+    (f"AWS key {FULL_WIDTH_AWS}", FULL_WIDTH_AWS),
 ]
 EMAILS = [
     ("Mail max＠example.com", "max＠example.com"),
@@ -127,6 +131,7 @@ EMAILS = [
     ("Mail max@exаmple.com", "max@exаmple.com"),  # Cyrillic а in the domain
     ("Mail max[at]example.com", "max[at]example.com"),
     ("Mail max (at) example (dot) com", "max (at) example (dot) com"),
+    ("Mail anna dot keller at example dot com", "anna dot keller at example dot com"),
 ]
 PHONES = [
     ("Phone ＋４１ ４４ ６６８ １８ ００", "＋４１ ４４ ６６８ １８ ００"),

@@ -158,7 +158,8 @@ class _Piece:
 
 def canonicalise(text: str) -> Canonical:
     """`text` with its disguise taken off (see the module docstring)."""
-    if _PLAIN.fullmatch(text) and "  " not in text and not _split_keywords(text):
+    plain = _PLAIN.fullmatch(text) and "  " not in text
+    if plain and not _split_keywords(text) and not _SPELT_ADDRESS.search(text):
         return Canonical(text, tuple(range(len(text))), tuple(range(1, len(text) + 1)), len(text))
     pieces = list(_characters(text))
     pieces = _fold_look_alikes(pieces)
@@ -353,14 +354,25 @@ _SEPARATOR: Final = re.compile(r" ?[.\-_·*/]? ?")
 
 
 def _spelt_out_at(pieces: list[_Piece]) -> list[_Piece]:
-    """`max [at] example (dot) com`: a bracketed "at" or "dot" is read as `@` or `.`."""
+    """`max [at] example (dot) com`, `anna dot keller at example dot com`: a bracketed "at" or
+    "dot", and a plain one inside an address spelt out with a dotted domain, is read as `@` or
+    `.`."""
     text = "".join(piece.char for piece in pieces)
-    matches = list(_AT_OR_DOT.finditer(text))
+    matches = [
+        *_AT_OR_DOT.finditer(text),
+        *(
+            word
+            for address in _SPELT_ADDRESS.finditer(text)
+            for word in _PLAIN_AT_OR_DOT.finditer(text, address.start(), address.end())
+        ),
+    ]
     if not matches:
         return pieces
     out: list[_Piece] = []
     position = 0
-    for match in matches:
+    for match in sorted(matches, key=lambda m: m.start()):
+        if match.start() < position:
+            continue
         out += pieces[position : match.start()]
         char = "@" if match["word"].casefold() == "at" else "."
         out.append(_Piece(char, pieces[match.start()].start, pieces[match.end() - 1].end))
@@ -369,6 +381,12 @@ def _spelt_out_at(pieces: list[_Piece]) -> list[_Piece]:
 
 
 _AT_OR_DOT: Final = re.compile(r" ?[\[({<] ?(?P<word>at|dot) ?[\])}>] ?", re.IGNORECASE)
+_PLAIN_AT_OR_DOT: Final = re.compile(r" (?P<word>at|dot) ", re.IGNORECASE)
+_SPELT_ADDRESS: Final = re.compile(
+    r"(?<![\w.])[\w.%+-]{1,64}(?: dot [\w%+-]{1,64}){0,5} at [\w-]{1,63}"
+    r"(?: dot [\w-]{1,63}){1,5}(?![\w-])",
+    re.IGNORECASE,
+)
 
 
 def _decode_entities(pieces: list[_Piece]) -> list[_Piece]:

@@ -9,9 +9,10 @@ A card number is looked for in every run of digit groups joined by spaces, dots,
 underscores, slashes or middle dots (one of them, or one with a space on either side), as every
 stretch of whole groups that holds 13 to 19 digits: "4111 1111.1111-1111" is one number, and so
 is "Order 7 4111 1111 1111 1111"'s card. A stretch counts when its inner groups have at least
-three digits each (cards are written in fours, or 4-6-5), or when all its groups have one or
-two digits joined by one kind of separator (a number spelt out digit by digit); dates, times
-and lists of years ("30.04.2024-01.05.2024", "2019, 2020") are neither.
+three digits each (cards are written in fours, or 4-6-5), or at least two where every separator
+is one space ("4232 33 21 1325 0723"), or when all its groups have one or two digits joined by
+one kind of separator (a number spelt out digit by digit); dates, times and lists of years
+("30.04.2024-01.05.2024", "2019, 2020") are none of these.
 """
 
 from __future__ import annotations
@@ -133,9 +134,12 @@ def _card_stretches(run: re.Match[str]) -> Iterator[tuple[int, int]]:
 def _card_grouping(text: str, groups: list[tuple[int, int, str]]) -> bool:
     if len(groups) <= 2:
         return True
-    if all(len(group) >= 3 for _, _, group in groups[1:-1]):
+    inner = [len(group) for _, _, group in groups[1:-1]]
+    if min(inner) >= 3:
         return True
     separators = {text[end:start] for (_, end, _), (start, _, _) in itertools.pairwise(groups)}
+    if separators == {" "} and min(inner) >= 2:
+        return True  # "4232 33 21 1325 0723"
     return len(separators) == 1 and all(len(group) <= 2 for _, _, group in groups)
 
 

@@ -85,6 +85,12 @@ _LONG_TOKEN = re.compile(
 _MIN_TOKEN: Final = 24
 _HEX_TOKEN = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,512}(?![0-9A-Za-z])")
 
+# An AWS access key id written in groups ("AKIA IOSF ODNN 7EXA MPLE"); undivided, the plugin
+# finds it.
+_SPLIT_AWS_KEY = re.compile(
+    r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)(?:[ ._-]?[A-Z0-9]){16}(?![A-Za-z0-9])"
+)
+
 # Where a plugin's match ends early (the JWT pattern leaves out the signature).
 _TOKEN_TAIL = re.compile(r"[\w+/=.-]*[\w+/=-]")
 
@@ -174,6 +180,8 @@ _LETTER_DIGIT = re.compile(r"(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])")
 
 
 def find_secrets(text: str) -> Iterator[Finding]:
+    for match in _SPLIT_AWS_KEY.finditer(text):
+        yield Finding(Category.SECRETS, "aws-access-key", match.start(), match.end())
     for plugin, kind in _PLUGINS:
         for value in set(plugin.analyze_string(text)):
             yield from _occurrences(text, value, kind)
