@@ -159,7 +159,8 @@ class _Piece:
 def canonicalise(text: str) -> Canonical:
     """`text` with its disguise taken off (see the module docstring)."""
     plain = _PLAIN.fullmatch(text) and "  " not in text
-    if plain and not _split_keywords(text) and not _SPELT_ADDRESS.search(text):
+    disguised = _split_keywords(text) or _SPELT_ADDRESS.search(text) or _leet_keyword(text)
+    if plain and not disguised:
         return Canonical(text, tuple(range(len(text))), tuple(range(1, len(text) + 1)), len(text))
     pieces = list(_characters(text))
     pieces = _fold_look_alikes(pieces)
@@ -219,8 +220,14 @@ def _kept(char: str) -> str:
 
 
 def _fold_look_alikes(pieces: list[_Piece]) -> list[_Piece]:
-    """Step 4, word by word (a word: letters and digits)."""
+    """Step 4, word by word (a word: letters and digits; for digits read as letters, also `@`
+    and `$`)."""
     text = "".join(piece.char for piece in pieces)
+    for word in _LEET_WORD.finditer(text):
+        keyword = _keyword(word[0].translate(_LEET))
+        if keyword is not None:
+            for piece, char in zip(pieces[word.start() : word.end()], keyword, strict=True):
+                piece.char = char
     if text.isascii():
         return pieces
     for word in _WORD.finditer(text):
@@ -232,16 +239,41 @@ def _fold_look_alikes(pieces: list[_Piece]) -> list[_Piece]:
 
 
 def _fold_word(word: str) -> str:
+    """A word of Latin and other letters folded to Latin; a word that folds to a keyword
+    (look-alikes of any script, small capitals, accents dropped) spelt as the keyword; any other
+    word as it is."""
     if word.isascii():
         return word
-    scripts = {_script(char) for char in word if char.isalpha()} - _NEUTRAL_SCRIPTS
-    if not scripts or scripts == {_LATIN}:
-        return word
-    folded = "".join(_latin(char) or char for char in word)
+    folded = "".join(_latin(char) or _base(char) for char in word)
     keyword = _keyword(folded)
     if keyword is not None:
         return keyword
-    return folded if _LATIN in scripts else word
+    scripts = {_script(char) for char in word if char.isalpha()} - _NEUTRAL_SCRIPTS
+    if _LATIN in scripts and len(scripts) > 1:
+        return "".join(_latin(char) or char for char in word)
+    return word
+
+
+@lru_cache(maxsize=4096)
+def _base(char: str) -> str:
+    """A Latin letter without its accents (`ó` is `o`), a small capital as its letter (`ɪ` is
+    `i`); any other character as it is."""
+    base = unicodedata.normalize("NFD", char)[0]
+    if base.isascii() and base.isalpha():
+        return base
+    name = unicodedata.name(char, "").removeprefix("LATIN LETTER SMALL CAPITAL ")
+    return name.lower() if len(name) == 1 and name.isascii() else char
+
+
+def _leet_keyword(text: str) -> bool:
+    return any(_keyword(word[0].translate(_LEET)) for word in _LEET_WORD.finditer(text))
+
+
+# Digits and symbols written for letters: "p4ssw0rd", "pa$$word", "1gnore".
+_LEET: Final = str.maketrans("4@3105$7", "aaeiosst")
+_LEET_WORD: Final = re.compile(
+    r"(?<![\w@$])(?=[\w@$]*[A-Za-z])(?=[\w@$]*[0-9@$])[A-Za-z0-9@$]{2,16}(?![\w@$])"
+)
 
 
 def _keyword(folded: str) -> str | None:
