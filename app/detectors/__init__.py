@@ -17,6 +17,7 @@ the text as written; a finding's offsets are mapped back to the text as written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Final
 
@@ -35,6 +36,9 @@ read in overlapping windows of this size, so nothing escapes the check and no pa
 over more than this."""
 _WINDOW_OVERLAP: Final = 1000
 
+# Words joined by "_", "+" or "-" ("Ignore_previous_instructions"): for the instruction
+# detector, the text is also read with them apart.
+_JOINED_WORDS: Final = re.compile(r"(?<=[^\W\d_])[_+-](?=[^\W\d_])")
 _PRIORITY: Final = tuple(Category)  # secrets first, instructions last
 _DETECTORS: Final = (find_secrets, find_numbers, find_contacts)
 
@@ -61,6 +65,9 @@ def find(text: str) -> list[Finding]:
         instruction = instruction or is_instruction(window)
     for wrapped in _wrapped(judged.text, judged.segments):
         instruction = instruction or any(is_instruction(w) for _, w in _windows(wrapped))
+    if not instruction and _JOINED_WORDS.search(judged.text):
+        spaced = _JOINED_WORDS.sub(" ", judged.text)
+        instruction = any(is_instruction(window) for _, window in _windows(spaced))
     findings = _merge(findings)
     if instruction:
         findings.append(Finding(Category.INSTRUCTIONS, "instruction", 0, len(text)))

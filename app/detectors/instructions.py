@@ -384,13 +384,28 @@ _PROMOTION_WISH = re.compile(
     r"|\b(?:that|when|if)\s+(?:the\s+|my\s+|your\s+)?(?:assistant|chatbot|ai|bot|you)\s+"
     r"(?:\S+\s+)?(?:recommend|promot|advertis|endors|push|pitch|plug)\w*\s+(?:the\s+)?"
     r"(?-i:[A-Z])"
-    r"|(?<=\w\s)(?-i:[A-Z][\w&.-]*)(?:\s+[\w&.-]+){0,3}?\s+(?:to\s+be|is|are|gets?|being)\s+"
+    r"|(?<=[\w:]\s)(?-i:[A-Z][\w&.-]*)(?:\s+[\w&.-]+){0,3}?\s+(?:(?:to|should|must|shall|will|"
+    r"would|can)\s+(?:always\s+|only\s+)?be|is|are|gets?|being)\s+"
     r"(?:always\s+|only\s+|exclusively\s+)?(?:recommended|promoted|advertised|endorsed|pushed|"
     r"mentioned|named|listed|praised)\b[^.;!?]{0,40}?\b(?:first|always|only|exclusively|"
     r"in\s+(?:every|each|all|any)\s+(?:answers?|responses?|replies|messages?|chats?)|"
     r"to\s+(?:everyone|everybody|all))\b"
     r"|\b(?:recommendations?|promotions?|mentions?)\s+(?:of|for)\s+(?:the\s+)?(?-i:[A-Z])"
-    r"[^.;!?]{0,40}?\bin\s+(?:every|each|all|any)\s+(?:answers?|responses?|replies|messages?)\b",
+    r"[^.;!?]{0,40}?\bin\s+(?:every|each|all|any)\s+(?:answers?|responses?|replies|messages?)\b"
+    # "every answer about savings recommends ACME funds first"
+    r"|\b(?:every|each|all|any)\s+(?:answers?|responses?|replies)\b[^.;!?]{0,40}?\b(?:recommend|"
+    r"promot|advertis|endors|mention|push|prais|nam)\w*\s+(?:the\s+)?(?-i:[A-Z])"
+    # "answers that treat ACME as the only trustworthy bank"
+    r"|\b(?:answers?|responses?|replies)\s+(?:that|which)\s+(?:treat|present|describe|portray|"
+    r"call|show|name|rank)s?\s+(?:the\s+)?(?-i:[A-Z])[\w&.-]*(?:\s+[\w&.-]+){0,2}?\s+as\s+"
+    r"(?:the\s+)?(?:only|best|sole|top|most|number one|first)\b"
+    # "answers to end with a recommendation of ACME funds"
+    r"|\b(?:answers?|responses?|replies)\s+to\s+(?:end|start|begin|close|finish|open)\s+with\s+"
+    r"(?:an?\s+|the\s+)?(?:recommendation|mention|plug|link|ad|advert\w*|promotion)s?\s+"
+    r"(?:of|for|to)\s+(?:the\s+)?(?-i:[A-Z])"
+    # "that ACME products come first whenever investing is discussed"
+    r"|(?<=\w\s)(?-i:[A-Z][\w&.-]*)(?:\s+[\w&.-]+){0,2}?\s+(?:come|comes|go|goes|appear|appears|"
+    r"rank|ranks|be\s+listed|be\s+named)\s+first\s+(?:whenever|when|if|in|every|each|for)\b",
     _I,
 )
 

@@ -56,6 +56,12 @@ _IBAN = re.compile(
     + _SEP
     + r"[A-Za-z0-9]{1,4})?(?![A-Za-z0-9]|[.-][A-Za-z0-9])"
 )
+# An IBAN written loosely: its characters spaced out one by one ("A T 2 1 7 4 …"), grouped
+# unevenly, or glued to its label ("IBANGB98NWBK…"); confirmed by its checksum.
+_LOOSE_IBAN = re.compile(
+    r"(?:(?<![A-Za-z0-9])|(?<=IBAN)|(?<=iban)|(?<=Iban))[A-Z][ .-]?[A-Z](?:[ .-]?\d){2}"
+    r"(?:[ .-]?[A-Za-z0-9]){11,30}"
+)
 _AHV = re.compile(_BEFORE + r"756([ .-]?)\d{4}\1\d{4}\1\d{2}" + _AFTER)
 _DE_IDNR = re.compile(_BEFORE + r"[1-9]\d(?:([ .-]?)\d{3}){3}" + _AFTER)
 _US_SSN = re.compile(_BEFORE + r"\d{3}([ .-])\d{2}\1\d{4}" + _AFTER)
@@ -71,15 +77,21 @@ _FR_NIR = re.compile(
 
 
 def find_numbers(text: str) -> Iterator[Finding]:
+    ssn_named = _SSN_CONTEXT.search(text) is not None
     for run in _DIGIT_RUN.finditer(text):
         if _AFTER_NUMBER.match(text, run.end()) is None:
             continue  # part of a longer number ("1.5" after a run of groups)
         for start, end in _card_stretches(run):
             yield Finding(Category.PAYMENT_CARDS, "card-number", start, end)
+        yield from _grouped_id(run, ssn_named=ssn_named)
     for match in _IBAN.finditer(text):
         length = _valid_prefix(match[0])
         if length:
             yield Finding(Category.BANK_ACCOUNTS, "iban", match.start(), match.start() + length)
+    for match in _LOOSE_IBAN.finditer(text):
+        span = _loose_iban(match)
+        if span is not None:
+            yield Finding(Category.BANK_ACCOUNTS, "iban", *span)
     checks: tuple[tuple[re.Pattern[str], Callable[[str], bool], str], ...] = (
         (_AHV, lambda number: ch_ssn.is_valid(_digits(number)), "ch-ahv"),
         (_DE_IDNR, de_idnr.is_valid, "de-tax-id"),
@@ -95,6 +107,33 @@ def find_numbers(text: str) -> Iterator[Finding]:
         for match in _NINE_DIGITS.finditer(text):
             if us_ssn.is_valid(match[0]):
                 yield Finding(Category.NATIONAL_IDS, "us-ssn", match.start(), match.end())
+
+
+def _grouped_id(run: re.Match[str], *, ssn_named: bool) -> Iterator[Finding]:
+    """An id number in a run of digit groups however it is grouped ("2-92-03-75-112-033-13",
+    "47-358-1192", "5 2 4 3 9 8 8 0 6"), by its checksum: a French NIR (15 digits), a Swiss
+    AHV number (13 digits from 756), and, where the text names an SSN, a US SSN (9 digits)."""
+    if len(_GROUP.findall(run[0])) < 2:
+        return  # one group: the patterns above read it
+    digits = _digits(run[0])
+    checks = (
+        (15, fr_nir.is_valid, "fr-nir"),
+        (13, lambda number: number.startswith("756") and ch_ssn.is_valid(number), "ch-ahv"),
+        (9, lambda number: ssn_named and us_ssn.is_valid(number), "us-ssn"),
+    )
+    for length, is_valid, kind in checks:
+        if len(digits) == length and is_valid(digits):
+            yield Finding(Category.NATIONAL_IDS, kind, run.start(), run.end())
+
+
+def _loose_iban(match: re.Match[str]) -> tuple[int, int] | None:
+    """The span of the longest valid IBAN that a loosely written candidate starts with."""
+    positions = [match.start() + i for i, c in enumerate(match[0]) if c.isalnum()]
+    compact = "".join(c for c in match[0] if c.isalnum())
+    for end in range(len(compact), 14, -1):
+        if iban.is_valid(compact[:end]):
+            return positions[0], positions[end - 1] + 1
+    return None
 
 
 def _is_card(digits: str) -> bool:
