@@ -19,17 +19,22 @@ In order:
 3. Every decimal digit of any script (Unicode category Nd: Arabic-Indic, Devanagari, Bengali,
    Thai, ...) is its ASCII digit.
 4. Look-alike letters are folded to Latin with Unicode's confusables data (the
-   `confusable-homoglyphs` package, which ships it), only where it disguises something: in a
-   word that mixes Latin with letters of another script (`pаsswоrd` with Cyrillic а and о,
-   `Ιgnore` with a Greek Ι), and in a word wholly of another script that folds to one of the
-   `KEYWORDS` the detectors look for (`ΡΙΝ`, `КЕУ`). A word written honestly in Greek,
-   Cyrillic, Arabic, Hebrew or any other script is left as it is.
-5. Markup is unwrapped: HTML entities (`&lt;`), Markdown backslash escapes, HTML comment
+   `confusable-homoglyphs` package, whose wheel ships it), only where it disguises something:
+   in a word that mixes Latin with letters of another script (`pаsswоrd` with Cyrillic а and
+   о, `Ιgnore` with a Greek Ι), and in a word that reads as one of the `KEYWORDS` the detectors
+   look for once look-alikes, accents, small capitals and digits or symbols written for letters
+   are read as letters (`КЕУ`, `Ignóre`, `ɪɢɴᴏʀᴇ`, `p4ssw0rd`, `pa$$word`). A word written
+   honestly in Greek, Cyrillic, Arabic, Hebrew or any other script, and a Latin word that is no
+   keyword (`Python3`, `café`), is left as it is.
+5. A keyword spelt letter by letter or cut in two or three (`p a s s w o r d`, `I-g-n-o-r-e`,
+   `pass word`) is read whole; a bracketed "at" or "dot", or a plain one inside an address with
+   a dotted domain, is `@` or `.` (`max (at) example (dot) com`).
+6. Markup is unwrapped: HTML entities (`&lt;`), Markdown backslash escapes, HTML comment
    delimiters, backticks, emphasis (`*`, `**`, `_`, `~~` at the edge of a word) and quote
-   markers (`>` opening a line or standing alone) are removed. The content of parentheses,
+   markers (`>` opening the text or standing alone) are removed. The content of parentheses,
    brackets, backticks and HTML comments is also given as `segments`, each judged on its own
    by the instruction detector (an instruction in parentheses opens its own sentence).
-6. Runs of spaces are one space.
+7. Runs of spaces are one space.
 
 Digit groups are not joined here: the number detectors read groups separated by spaces, dots
 and dashes as one number where a card, an account or an id number may be written that way
