@@ -26,9 +26,10 @@ In order:
    are read as letters (`КЕУ`, `Ignóre`, `ɪɢɴᴏʀᴇ`, `p4ssw0rd`, `pa$$word`). A word written
    honestly in Greek, Cyrillic, Arabic, Hebrew or any other script, and a Latin word that is no
    keyword (`Python3`, `café`), is left as it is.
-5. A keyword spelt letter by letter or cut in two or three (`p a s s w o r d`, `I-g-n-o-r-e`,
-   `pass word`) is read whole; a bracketed "at" or "dot", or a plain one inside an address with
-   a dotted domain, is `@` or `.` (`max (at) example (dot) com`).
+5. HTML tags are removed (a block tag leaves a space). A keyword spelt letter by letter or cut
+   in two or three (`p a s s w o r d`, `I-g-n-o-r-e`, `pass word`) is read whole; a bracketed
+   "at" or "dot", or a plain one inside an address with a dotted domain, is `@` or `.`
+   (`max (at) example (dot) com`).
 6. Markup is unwrapped: HTML entities (`&lt;`), Markdown backslash escapes, HTML comment
    delimiters, backticks, emphasis (`*`, `**`, `_`, `~~` at the edge of a word) and quote
    markers (`>` opening the text or standing alone) are removed. The content of parentheses,
@@ -171,6 +172,7 @@ def canonicalise(text: str) -> Canonical:
     pieces = _fold_look_alikes(pieces)
     pieces = _decode_entities(pieces)
     pieces = _unescape(pieces)
+    pieces = _remove_tags(pieces)
     pieces = _join_split_words(pieces)
     pieces = _spelt_out_at(pieces)
     pieces, segments = _unwrap(pieces)
@@ -198,7 +200,11 @@ def _characters(text: str) -> Iterator[_Piece]:
             index = end
             continue
         kept = "".join(_kept(c) for c in text[index:end])
-        for normal in unicodedata.normalize("NFKC", kept) if kept else "":
+        normalised = unicodedata.normalize("NFKC", kept) if kept else ""
+        if normalised[:1].isascii() and normalised[:1].isalnum():
+            # "4̲", "I̲": marks that no precomposed form of a Latin letter or digit holds
+            normalised = "".join(c for c in normalised if not unicodedata.combining(c))
+        for normal in normalised:
             digit = unicodedata.decimal(normal, None)
             if normal.isspace():
                 yield _Piece(" ", index, end)
@@ -323,6 +329,28 @@ def _latin(char: str) -> str | None:
 
 
 # --- markup ---------------------------------------------------------------------------------
+
+
+def _remove_tags(pieces: list[_Piece]) -> list[_Piece]:
+    """HTML tags out (`Ig<b></b>nore`, `<b>4111</b> 1111 …`); a block tag leaves a space."""
+    text = "".join(piece.char for piece in pieces)
+    if "<" not in text:
+        return pieces
+    out: list[_Piece] = []
+    position = 0
+    for tag in _TAG.finditer(text):
+        out += pieces[position : tag.start()]
+        if tag["name"].casefold() in _BLOCK_TAGS:
+            out.append(_Piece(" ", pieces[tag.start()].start, pieces[tag.end() - 1].end))
+        position = tag.end()
+    return out + pieces[position:]
+
+
+_TAG: Final = re.compile(r"</?(?P<name>[A-Za-z][A-Za-z0-9-]{0,20})(?:\s[^<>]{0,200})?/?>")
+_BLOCK_TAGS: Final = frozenset(
+    {"p", "div", "br", "li", "ul", "ol", "tr", "td", "th", "table", "hr", "blockquote", "pre"}
+    | {f"h{level}" for level in range(1, 7)}
+)
 
 
 def _join_split_words(pieces: list[_Piece]) -> list[_Piece]:
