@@ -26,7 +26,7 @@ from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
 from app.kit.config import Settings, get_settings, to_asyncpg_url, warn_unknown_settings
 from app.kit.contract import install_contract
-from app.kit.db import create_database, head_revision, run_migrations
+from app.kit.db import Database, create_database, head_revision, run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.errors import install_error_handlers, render_unexpected_error
 from app.kit.jwks import KeyStore
@@ -38,6 +38,7 @@ from app.kit.limits import (
     StreamedLimit,
 )
 from app.kit.observability import Metrics, RequestContextMiddleware
+from app.kit.spool import ReadSlots
 from app.kit.tokens import TokenCounters
 from app.kit.tracing import TracedApp, Tracing
 from app.mcp_server.discovery import ResourceDiscovery
@@ -98,6 +99,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.usage_meter = meter
     verifier: TokenVerifier = app.state.token_verifier
     worker: BackgroundWorker | None = None
+    worker_database: Database | None = None
     overrides: asyncio.Task[None] | None = None
     tracing.start()  # in this process: after `serve --workers N` spawned it
     try:
@@ -117,8 +119,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             users_with_memory_quota=settings.quota_company_users_with_memory,
         )
         if settings.worker_enabled:
+            # its own small pool: claims and heartbeats never wait behind request traffic
+            worker_database = create_database(url, settings, pool_size=settings.worker_pool_size)
             worker = BackgroundWorker(
-                database,
+                worker_database,
                 settings,
                 app.state.metrics,
                 app.state.tokens,
@@ -146,6 +150,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.gather(overrides, return_exceptions=True)
         if worker is not None:
             await worker.stop()
+        if worker_database is not None:
+            await worker_database.dispose()
         await meter.stop()  # the counts since the last flush
         await verifier.keys.close()
         await database.dispose()
@@ -202,6 +208,9 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     )
     app.state.head_revision = head_revision()
     app.state.rate_limiter = rate_limits_service.limiter_for(settings)
+    app.state.export_slots = ReadSlots(
+        settings.export_read_concurrency, settings.export_read_company_concurrency
+    )
 
     install_error_handlers(app)
     install_contract(

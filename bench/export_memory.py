@@ -124,7 +124,9 @@ class Served:
 
 
 def _start_serving(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """`python -m app serve` (one process, no consolidation worker) in its own session."""
+    """`python -m app serve` (one process, no consolidation worker) in its own session, reading
+    as many snapshots at once as there are exports (the run measures that many at once, of one
+    company, whose default share of the read slots is smaller)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(PROJECT_ROOT),
@@ -134,6 +136,8 @@ def _start_serving(database_url: str, port: int, log: Path) -> subprocess.Popen[
         "LLM_PROVIDER": "rules",
         "WORKER_ENABLED": "false",
         "LOG_LEVEL": "WARNING",
+        "EXPORT_READ_CONCURRENCY": "64",
+        "EXPORT_READ_COMPANY_CONCURRENCY": "64",
     }
     with log.open("wb") as out:
         return subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments

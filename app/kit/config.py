@@ -126,6 +126,25 @@ class Settings(BaseSettings):
         ),
     )
     db_unavailable_retry_after_seconds: int = Field(default=5, ge=1)
+    # A session left idle inside a transaction this long is ended by the server (a stuck
+    # request or job cannot hold its connection and row locks for ever); 0: never. Sent at
+    # connect, except in PgBouncer mode (set it on the role there).
+    db_idle_in_transaction_timeout_seconds: int = Field(default=60, ge=0, le=86_400)
+    # The worker's own pool (claims, heartbeats, its reads and writes), apart from the one
+    # requests use: a flood of requests cannot make the worker wait for a connection. 0: two
+    # per worker slot (its job and its lease's heartbeat) and two for the housekeeping.
+    db_worker_pool_size: int = Field(default=0, ge=0, le=200)
+
+    # --- exports (app/kit/spool.py) ----------------------------------------------------------
+    # Exports are read from their snapshot into a temporary file as fast as the database
+    # serves them, then sent from the file at the client's pace: a connection is held only
+    # while a snapshot is read. At most EXPORT_READ_CONCURRENCY snapshots are read at once per
+    # process, EXPORT_READ_COMPANY_CONCURRENCY of them for one company; past either the export
+    # is refused with Retry-After (503 for the process, 429 for the company).
+    export_read_concurrency: int = Field(default=4, ge=1, le=64)
+    export_read_company_concurrency: int = Field(default=2, ge=1, le=64)
+    # A client that takes none of an export's bytes for this long is cut off, its file deleted.
+    export_send_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     # --- auth (contract names) ---------------------------------------------------------------
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
@@ -618,6 +637,11 @@ class Settings(BaseSettings):
         only then may `serve` print a token (a token in a log is a credential otherwise)."""
         uses_hmac = any(alg.startswith("HS") for alg in self.jwt_algorithms)
         return uses_hmac and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET
+
+    @property
+    def worker_pool_size(self) -> int:
+        """Connections of the worker's own pool (`DB_WORKER_POOL_SIZE`, or its default)."""
+        return self.db_worker_pool_size or 2 * self.worker_concurrency + 2
 
     @property
     def async_database_url(self) -> str | None:

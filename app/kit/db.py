@@ -154,7 +154,14 @@ class Database:
         await self.engine.dispose()
 
 
-def create_database(url: str, settings: Settings) -> Database:
+def create_database(url: str, settings: Settings, *, pool_size: int | None = None) -> Database:
+    """The engine and driver pool of `url`. `pool_size` given: a pool of exactly that many
+    engine connections (no overflow), e.g. the worker's own; else DB_POOL_SIZE + overflow.
+
+    Sessions are opened with `statement_timeout` and `idle_in_transaction_session_timeout`
+    (a transaction left idle, by a stuck request or job, is ended by the server with its locks
+    instead of holding a connection for ever), except behind PgBouncer in transaction mode,
+    which refuses unknown startup parameters: set both on the database role there."""
     server_settings = {"application_name": "context-memory"}
     connect_args: dict[str, object] = {
         "timeout": settings.db_connect_timeout_seconds,
@@ -166,10 +173,12 @@ def create_database(url: str, settings: Settings) -> Database:
         engine_only = _unnamed_statements()
     else:
         server_settings["statement_timeout"] = str(settings.db_statement_timeout_ms)
+        idle_ms = settings.db_idle_in_transaction_timeout_seconds * 1000
+        server_settings["idle_in_transaction_session_timeout"] = str(idle_ms)
     engine = create_async_engine(
         url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
+        pool_size=settings.db_pool_size if pool_size is None else pool_size,
+        max_overflow=settings.db_max_overflow if pool_size is None else 0,
         pool_pre_ping=settings.db_pool_pre_ping,
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args={**connect_args, **engine_only},

@@ -103,6 +103,16 @@ class _DropMessages(logging.Filter):
         return not str(record.msg).startswith(self.prefixes)
 
 
+class _DropLoggedErrors(logging.Filter):
+    """Drops the server's traceback of an exception that ended a response on purpose and was
+    logged already by whoever raised it (its class says `logged = True`: an export's client cut
+    off for reading too slowly, a body cut by a failed read)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not getattr(error, "logged", False)
+
+
 # Library chatter at INFO that is not worth a line: Alembic's per-run preamble (its "Running
 # upgrade" lines stay), uvicorn's "Waiting for application startup.", the MCP SDK's session
 # manager. The embedded PostgreSQL's own chatter goes to a file of its own (app.kit.embedded_pg).
@@ -130,6 +140,9 @@ def configure_logging(level: str, log_format: str = "json") -> None:
         target = logging.getLogger(name)
         target.filters[:] = [f for f in target.filters if not isinstance(f, _DropMessages)]
         target.addFilter(_DropMessages(*prefixes))
+    server = logging.getLogger("uvicorn.error")
+    server.filters[:] = [f for f in server.filters if not isinstance(f, _DropLoggedErrors)]
+    server.addFilter(_DropLoggedErrors())
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 

@@ -1,15 +1,11 @@
-"""A response streamed from one consistent read of the database: a REPEATABLE READ, READ ONLY
-transaction on a connection of its own, held while the client reads and ended however the
-response ends (sent, failed half-way, or the client gone)."""
+"""One consistent read of the database: a REPEATABLE READ, READ ONLY transaction on a
+connection of its own, read into a spool (`app.kit.spool`) and ended as soon as it is read, or
+however the response ends first (failed half-way, or the client gone)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-
 import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from app.kit.db import Database
 
@@ -17,7 +13,7 @@ from app.kit.db import Database
 async def begin_snapshot(database: Database) -> AsyncConnection:
     """A pool connection in a REPEATABLE READ, READ ONLY transaction: every statement on it
     sees the database as of its first one, whatever is committed meanwhile. The caller must
-    `end_snapshot` it (a `SnapshotStream` does)."""
+    `end_snapshot` it (a `SpooledResponse` does)."""
     connection = await database.engine.connect()
     try:
         await connection.execution_options(
@@ -41,30 +37,3 @@ async def end_snapshot(connection: AsyncConnection) -> None:
             await connection.invalidate()
         finally:
             await connection.close()
-
-
-class SnapshotStream(StreamingResponse):
-    """`chunks` streamed to the client; when the response ends, however it ends, the chunks are
-    closed and `close` (which ends the snapshot) is awaited, shielded from cancellation."""
-
-    def __init__(
-        self,
-        chunks: AsyncGenerator[bytes],
-        close: Callable[[], Awaitable[None]],
-        *,
-        media_type: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._chunks = chunks
-        self._close = close
-        super().__init__(chunks, media_type=media_type, headers=headers)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self._chunks.aclose()
-                finally:
-                    await self._close()

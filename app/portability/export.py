@@ -2,17 +2,20 @@
 `format.py`, read from one consistent snapshot.
 
 The snapshot is a REPEATABLE READ, READ ONLY transaction on a connection of its own, opened
-before the response starts (so a database outage is still a 503) and held while the client
-reads: every table is read through it, so the stream shows the company at one instant,
-whatever is written meanwhile. Each table is read with a server-side cursor, `kind.batch`
-rows at a time, and each batch is sent before the next is fetched: memory holds one batch
-(at most `kinds.TEXT_BATCH` rows of chat text or profile versions), never the company.
+before the response starts (so a database outage is still a 503) and read into a spool
+(`app.kit.spool`) as fast as the database serves it, which the response sends at the client's
+pace: every table is read through it, so the stream shows the company at one instant, whatever
+is written meanwhile, and the connection is given back once the snapshot is read, however
+slowly the client reads. Each table is read with a server-side cursor, `kind.batch` rows at a
+time, and each batch is written before the next is fetched: memory holds one batch (at most
+`kinds.TEXT_BATCH` rows of chat text or profile versions), never the company.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -23,6 +26,7 @@ from app.enablement import audit
 from app.kit.auth import Principal
 from app.kit.db import Database
 from app.kit.snapshots import begin_snapshot, end_snapshot
+from app.kit.spool import Spool
 from app.portability import repository
 from app.portability.format import FORMAT_VERSION, header_line, record_line, trailer_line
 from app.portability.kinds import KINDS, RECORD_TYPES
@@ -69,6 +73,12 @@ class CompanySnapshot:
             "company exported",
             extra={"company_id": self.company_id, "records": sum(self.counts.values())},
         )
+
+    async def write_to(self, spool: Spool) -> None:
+        """The whole stream into `spool` (see `lines`)."""
+        async with aclosing(self.lines()) as lines:
+            async for batch in lines:
+                spool.write(batch)
 
     async def close(self) -> None:
         """End the transaction and give the connection back (shielded: a client that went

@@ -12,7 +12,7 @@ from app.kit.api_tags import OPERATOR, USER
 from app.kit.auth import Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep, database
 from app.kit.schemas import CompanyIdPath, company_id_path
-from app.kit.snapshots import SnapshotStream
+from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout
 from app.portability import export, importer, memory_import
 from app.portability.export import CompanySnapshot
 from app.portability.format import MEDIA_TYPE
@@ -85,7 +85,15 @@ _EXPORT_RESPONSE: Final[dict[int | str, dict[str, Any]]] = {
                 "example": _STREAM_EXAMPLE.replace("initech", "acme"),
             }
         },
-    }
+    },
+    429: {
+        "description": "The company's exports are being read as many at once as one company "
+        "may, or over a rate limit; retry after `Retry-After` seconds (nothing was audited)"
+    },
+    503: {
+        "description": "The service is reading as many exports at once as it reads, or the "
+        "database is unreachable; retry after `Retry-After` seconds"
+    },
 }
 _PROFILE_EXAMPLE: Final = (
     "---\nuser_id: alice\nschema_version: 1\nlast_updated: 2026-11-30T12:00:00Z\n"
@@ -121,17 +129,21 @@ MEMORY_IMPORT_EXAMPLES: Final[dict[str, Any]] = {
 }
 
 
-class SnapshotResponse(SnapshotStream):
-    """The export's NDJSON, streamed from its snapshot; the snapshot ends with the response,
-    however it ends (sent, failed, or the client gone)."""
+class SnapshotResponse(SpooledResponse):
+    """The export's NDJSON, read from its snapshot into a spool and sent from there; the
+    snapshot ends as soon as it is read, or the response ends first (failed, or the client
+    gone)."""
 
     media_type = MEDIA_TYPE
 
-    def __init__(self, snapshot: CompanySnapshot) -> None:
+    def __init__(self, snapshot: CompanySnapshot, slot: ReadSlot, *, send_timeout: float) -> None:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", snapshot.company_id)
         super().__init__(
-            snapshot.lines(),
+            snapshot.write_to,
             snapshot.close,
+            slot,
+            send_timeout=send_timeout,
+            what="a company export",
             headers={
                 "Content-Disposition": f'attachment; filename="{name}.ndjson"',
                 "Cache-Control": "no-store",
@@ -160,8 +172,13 @@ class SnapshotResponse(SnapshotStream):
 async def export_company(
     company_id: CompanyIdPath, operator: OperatorDep, session: SessionDep, request: Request
 ) -> SnapshotResponse:
-    snapshot = await export.start_export(session, database(request), operator, company_id)
-    return SnapshotResponse(snapshot)
+    slot = read_slots(request).take(company_id)  # refused: nothing audited
+    try:
+        snapshot = await export.start_export(session, database(request), operator, company_id)
+    except BaseException:
+        slot.end()
+        raise
+    return SnapshotResponse(snapshot, slot, send_timeout=send_timeout(request))
 
 
 @router.post(

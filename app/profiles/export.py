@@ -7,16 +7,19 @@ The snapshot is a REPEATABLE READ, READ ONLY transaction on a connection of its 
 user running: 429) or a database outage (503) is still a problem+json answer. Every part of the
 document is read through it, so the document shows the user at one instant whatever is written
 meanwhile. Each kind of row is read with a server-side cursor, `TEXT_BATCH` rows of user text
-(versions, messages) or `SMALL_BATCH` small rows at a time, and the JSON is handed to the
-response in chunks of about `CHUNK_BYTES`: memory holds a batch and a chunk, never the history.
+(versions, messages) or `SMALL_BATCH` small rows at a time, and the JSON is written in chunks of
+about `CHUNK_BYTES` into a spool (`app.kit.spool`), which the response sends at the client's
+pace: memory holds a batch and a chunk, never the history, and the connection is given back as
+soon as the snapshot is read, however slowly the client reads.
 
 The bytes are the ones the route wrote when it returned the whole `MemoryExportOut`: the same
 members in the same order, each value serialized by its own pydantic schema
 (`tests/profiles/test_memory_export_stream.py` holds the two equal).
 
-One export per user: the transaction takes the user's export lock without waiting
-(`export_repository.try_lock_export`), on whichever replica it runs; the lock goes with the
-transaction, which `MemoryExportStream.close` ends however the response ends.
+One export per user: while its snapshot is read, the transaction holds the user's export lock
+(`export_repository.try_lock_export`, taken without waiting), on whichever replica it runs; the
+lock goes with the transaction, which `MemoryExportStream.close` ends. While its file is sent,
+the process sending it refuses another export of the user (`ReadSlots.sending`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from app.kit.auth import Principal
 from app.kit.db import Database
 from app.kit.errors import NotFound, TooManyRequests
 from app.kit.snapshots import begin_snapshot, end_snapshot
+from app.kit.spool import ReadSlot, ReadSlots, Spool
 from app.profiles import export_repository, repository
 from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.policy_actions import PolicyActionRecord, every_policy_action
@@ -170,6 +174,12 @@ class MemoryExportStream:
         out.write(b"}")
         yield out.take()
 
+    async def write_to(self, spool: Spool) -> None:
+        """The whole document into `spool` (see `chunks`)."""
+        async with aclosing(self.chunks()) as chunks:
+            async for chunk in chunks:
+                spool.write(chunk)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -280,6 +290,23 @@ def _policy_action_json(row: Row[Any]) -> bytes:
     return _json(PolicyActionOut.of(PolicyActionRecord(**row._mapping)))
 
 
+def _busy() -> TooManyRequests:
+    return TooManyRequests(
+        "Another export of your memory is running; one runs at a time. Retry when it is done.",
+        headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
+    )
+
+
+def take_slot(slots: ReadSlots, principal: Principal) -> ReadSlot:
+    """The export's read slot, its user counted as sending until the slot ends. Raises
+    `TooManyRequests` when an export of the user is still sent by this process, or the company
+    has all its read slots; `ServiceUnavailable` when the process has none left."""
+    owner = ("user-memory-export", principal.company_id, principal.user_id)
+    if slots.sending(owner):
+        raise _busy()
+    return slots.take(principal.company_id, owner)
+
+
 async def open_export(database: Database, principal: Principal) -> MemoryExportStream:
     """Begin the caller's export: the snapshot, the user's export lock, and the document's
     members before its lists, all filtered by the token's (company, user).
@@ -294,11 +321,7 @@ async def open_export(database: Database, principal: Principal) -> MemoryExportS
     try:
         async with _session_on(connection) as session:
             if not await export_repository.try_lock_export(session, company_id, user_id):
-                raise TooManyRequests(
-                    "Another export of your memory is running; one runs at a time. Retry "
-                    "when it is done.",
-                    headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
-                )
+                raise _busy()
             exported_at = await export_repository.snapshot_time(session)
             profile = None
             try:

@@ -17,7 +17,7 @@ from app.kit.api_tags import USER
 from app.kit.auth import PrincipalDep
 from app.kit.db import SessionDep, database
 from app.kit.pagination import Page, PageDep
-from app.kit.snapshots import SnapshotStream
+from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout
 from app.profiles import export, service, switch
 from app.profiles.schemas import (
     MemoryExportOut,
@@ -306,14 +306,23 @@ async def list_policy_actions(
     return PolicyActionOut.page(await service.list_memory_policy_actions(session, principal, page))
 
 
-class MemoryExportResponse(SnapshotStream):
-    """The export's JSON document, streamed as it is read from its snapshot (`export.py`); the
-    snapshot, and with it the user's export lock, ends with the response however it ends."""
+class MemoryExportResponse(SpooledResponse):
+    """The export's JSON document, read from its snapshot into a spool and sent from there
+    (`export.py`); the snapshot, and with it the user's export lock, ends as soon as it is read
+    or the response ends first."""
 
     media_type = "application/json"
 
-    def __init__(self, stream: export.MemoryExportStream) -> None:
-        super().__init__(stream.chunks(), stream.close)
+    def __init__(
+        self, stream: export.MemoryExportStream, slot: ReadSlot, *, send_timeout: float
+    ) -> None:
+        super().__init__(
+            stream.write_to,
+            stream.close,
+            slot,
+            send_timeout=send_timeout,
+            what="a user's memory export",
+        )
 
 
 @router.get(
@@ -326,13 +335,24 @@ class MemoryExportResponse(SnapshotStream):
     response_model=MemoryExportOut,  # what the stream writes (the schema, not a check of it)
     responses={
         429: {
-            "description": "Another export of yours is still running (one at a time), or over "
-            "a rate limit; retry after `Retry-After` seconds"
-        }
+            "description": "Another export of yours is still running (one at a time), your "
+            "company's exports are being read as many at once as one company may, or over a "
+            "rate limit; retry after `Retry-After` seconds"
+        },
+        503: {
+            "description": "The service is reading as many exports at once as it reads, or the "
+            "database is unreachable; retry after `Retry-After` seconds"
+        },
     },
 )
 async def export_memory(principal: PrincipalDep, request: Request) -> MemoryExportResponse:
-    return MemoryExportResponse(await export.open_export(database(request), principal))
+    slot = export.take_slot(read_slots(request), principal)
+    try:
+        stream = await export.open_export(database(request), principal)
+    except BaseException:
+        slot.end()
+        raise
+    return MemoryExportResponse(stream, slot, send_timeout=send_timeout(request))
 
 
 # --- the switch (`settings`): off deletes the memory ------------------------------------------

@@ -1,13 +1,16 @@
 """`GET /v1/me/memory/export` streamed: the same document as the whole `MemoryExportOut` was,
 byte for byte; one snapshot; one export of a user at a time (429 for the next, on any replica),
-the lock freed however the stream ends; and memory that does not grow with the history."""
+the lock and the connection freed once the snapshot is read, whoever reads the response, and
+however the stream ends; and memory that does not grow with the history."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +22,15 @@ from sqlalchemy import text
 
 from app.kit.auth import Principal
 from app.kit.errors import PROBLEM_CONTENT_TYPE
+from app.kit.spool import ReadSlots, Spool
 from app.main import create_app
 from app.profiles.document import Section
-from app.profiles.export import BUSY_RETRY_AFTER_SECONDS, DOCUMENT_MEMBERS, open_export
+from app.profiles.export import (
+    BUSY_RETRY_AFTER_SECONDS,
+    DOCUMENT_MEMBERS,
+    MemoryExportStream,
+    open_export,
+)
 from app.profiles.schemas import MemoryExportOut
 from bench.export_memory import COMPANY, plain_dsn, seed_histories
 from tests.helpers.apps import AuthFactory, client_with, make_settings
@@ -249,13 +258,20 @@ async def _export_lock_holders(database_url: str) -> int:
 
 
 async def _settled(app: FastAPI, database_url: str) -> None:
-    """Wait (at most 5 s) until no export holds a lock or a pooled connection."""
+    """Wait (at most 5 s) until no export holds a lock, a pooled connection or a read slot."""
     pool = database_of(app).engine.pool
 
     async def settled() -> bool:
-        return pool.checkedout() == 0 and await _export_lock_holders(database_url) == 0  # type: ignore[attr-defined]
+        connections: int = pool.checkedout()  # type: ignore[attr-defined]
+        idle = read_slots_of(app).taken == 0 and connections == 0
+        return idle and await _export_lock_holders(database_url) == 0
 
-    await wait_until(settled, 5, what="no export holding its lock or its connection")
+    await wait_until(settled, 5, what="no export holding its lock, its connection or its slot")
+
+
+def read_slots_of(app: FastAPI) -> ReadSlots:
+    slots: ReadSlots = app.state.export_slots
+    return slots
 
 
 def _small_window_client(base_url: str) -> httpx.AsyncClient:
@@ -275,31 +291,76 @@ async def served_app(database_url: str) -> AsyncIterator[tuple[FastAPI, str]]:
         yield application, base_url
 
 
-async def test_a_client_gone_mid_stream_frees_the_lock_and_the_connection(
+@pytest.fixture
+def paused_read(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Exports read from then on stop reading their snapshot after its first chunk, until the
+    event is set: the test acts while a snapshot is being read."""
+    resume = asyncio.Event()
+
+    async def write_then_wait(self: MemoryExportStream, spool: Spool) -> None:
+        async with aclosing(self.chunks()) as chunks:
+            async for chunk in chunks:
+                spool.write(chunk)
+                await resume.wait()
+
+    monkeypatch.setattr(MemoryExportStream, "write_to", write_then_wait)
+    return resume
+
+
+async def test_a_client_that_stops_reading_holds_no_connection_nor_lock(
     served_app: tuple[FastAPI, str], auth: AuthFactory, database_url: str
+) -> None:
+    await seed_histories(plain_dsn(database_url), ["slow"], mib_per_user=16)
+    application, base_url = served_app
+    async with _small_window_client(base_url) as http:
+        async with http.stream("GET", EXPORT, headers=auth("slow")) as response:
+            assert response.status_code == 200
+            chunks = response.aiter_raw()  # held: closing it would close the connection
+            assert await anext(chunks)  # the first chunk; 16 MiB are still to come
+            # the snapshot is read to its end while the client reads nothing more: its
+            # connection, lock and read slot are free, the export still being sent
+            await _settled(application, database_url)
+            _assert_busy(await http.get(EXPORT, headers=auth("slow")))  # still one at a time
+            received = len(await anext(chunks))
+            async for chunk in chunks:
+                received += len(chunk)
+        assert received > 15 * 2**20
+
+        again = await http.get(EXPORT, headers=auth("slow"))
+    assert again.status_code == 200
+    assert len(json.loads(again.content)["chats"]) == 40
+
+
+async def test_a_client_gone_mid_stream_frees_the_lock_and_the_connection(
+    served_app: tuple[FastAPI, str],
+    auth: AuthFactory,
+    database_url: str,
+    paused_read: asyncio.Event,
 ) -> None:
     await seed_histories(plain_dsn(database_url), ["leaver"], mib_per_user=16)
     application, base_url = served_app
     async with _small_window_client(base_url) as http:
         async with http.stream("GET", EXPORT, headers=auth("leaver")) as response:
             assert response.status_code == 200
-            chunks = response.aiter_raw()  # held: closing it would close the connection
-            assert await anext(chunks)  # the first chunk; 16 MiB are still to come
+            chunks = response.aiter_raw()
+            assert await anext(chunks)  # its snapshot is still being read (paused)
             _assert_busy(await http.get(EXPORT, headers=auth("leaver")))
             assert await _export_lock_holders(database_url) == 1
-        # gone without reading on: the connection closes mid-stream
+            assert read_slots_of(application).taken == 1
+        # gone without reading on: the connection closes mid-stream, mid-read
         await _settled(application, database_url)
 
+        paused_read.set()
         again = await http.get(EXPORT, headers=auth("leaver"))
     assert again.status_code == 200
     assert len(json.loads(again.content)["chats"]) == 40
 
 
 async def _read_and_cut(
-    http: httpx.AsyncClient, headers: dict[str, str], database_url: str
+    http: httpx.AsyncClient, headers: dict[str, str], database_url: str, resume: asyncio.Event
 ) -> bytes:
-    """Read an export, terminating the backend that holds its lock after the first chunk;
-    what arrived before the stream broke."""
+    """Read an export, terminating the backend that holds its lock while its snapshot is read
+    (after the first chunk); what arrived before the stream broke."""
     received = bytearray()
     try:
         async with http.stream("GET", EXPORT, headers=headers) as response:
@@ -313,6 +374,7 @@ async def _read_and_cut(
                         " (SELECT oid FROM pg_database WHERE datname = current_database())",
                     )
                     assert terminated == 1
+                    resume.set()
                 received += chunk
     except httpx.RemoteProtocolError:
         return bytes(received)
@@ -320,12 +382,15 @@ async def _read_and_cut(
 
 
 async def test_a_stream_cut_by_the_database_frees_the_lock_and_reads_as_cut(
-    served_app: tuple[FastAPI, str], auth: AuthFactory, database_url: str
+    served_app: tuple[FastAPI, str],
+    auth: AuthFactory,
+    database_url: str,
+    paused_read: asyncio.Event,
 ) -> None:
     await seed_histories(plain_dsn(database_url), ["cut-off"], mib_per_user=16)
     application, base_url = served_app
     async with _small_window_client(base_url) as http:
-        received = await _read_and_cut(http, auth("cut-off"), database_url)
+        received = await _read_and_cut(http, auth("cut-off"), database_url, paused_read)
         await _settled(application, database_url)
         again = await http.get(EXPORT, headers=auth("cut-off"))
 

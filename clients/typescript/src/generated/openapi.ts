@@ -4232,7 +4232,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Another export of yours is still running (one at a time), or over a rate limit; retry after `Retry-After` seconds */
+            /** @description Another export of yours is still running (one at a time), your company's exports are being read as many at once as one company may, or over a rate limit; retry after `Retry-After` seconds */
             429: {
                 headers: {
                     /** @description Seconds to wait before retrying */
@@ -4245,7 +4245,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            /** @description The service is reading as many exports at once as it reads, or the database is unreachable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying */
@@ -4791,7 +4791,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Over a rate limit; retry after `Retry-After` seconds */
+            /** @description The company's exports are being read as many at once as one company may, or over a rate limit; retry after `Retry-After` seconds (nothing was audited) */
             429: {
                 headers: {
                     /** @description Seconds to wait before retrying */
@@ -4804,7 +4804,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            /** @description The service is reading as many exports at once as it reads, or the database is unreachable; retry after `Retry-After` seconds */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying */

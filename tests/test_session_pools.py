@@ -1,0 +1,91 @@
+"""The service's sessions and pools: the worker claims and consolidates on a pool of its own
+while every connection of the requests' pool is taken, and each session is opened with
+`idle_in_transaction_session_timeout`, which the server enforces."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.enablement.decision import FLAG_CONTEXT_MEMORY
+from app.kit.db import create_database, is_database_unavailable
+from app.main import create_app
+from tests.helpers.apps import AuthFactory, client_with, make_settings
+from tests.helpers.db import admin_fetchval, database_of
+from tests.helpers.polling import wait_until
+from tests.helpers.serving import served
+from tests.helpers.settings import set_flag
+from tests.helpers.turns import queue_turn
+
+
+async def test_the_worker_consolidates_while_every_request_connection_is_taken(
+    database_url: str, auth: AuthFactory
+) -> None:
+    settings = make_settings(database_url, worker_enabled=True, worker_poll_seconds=0.05)
+    application = create_app(settings)
+    async with served(application) as base_url, httpx.AsyncClient(base_url=base_url) as http:
+        await set_flag(http, auth, FLAG_CONTEXT_MEMORY, True)
+        engine = database_of(application).engine
+        held: list[AsyncConnection] = []
+        try:
+            for _ in range(settings.db_pool_size + settings.db_max_overflow):
+                held.append(await engine.connect())
+            with pytest.raises(TimeoutError):  # the requests' pool has nothing left
+                async with asyncio.timeout(0.5):
+                    await engine.connect()
+            # the turn saved through another replica: this one's requests have no connection
+            async with client_with(database_url) as replica:
+                job = await queue_turn(replica, auth, "I work as a pilot at Acme")
+
+            async def consolidated() -> bool:
+                status = await admin_fetchval(
+                    database_url, "SELECT status FROM jobs WHERE id = $1", job
+                )
+                return bool(status == "succeeded")
+
+            await wait_until(consolidated, 15, what="the turn consolidated by the worker")
+        finally:
+            for connection in held:
+                await connection.close()
+
+
+async def test_a_session_idle_inside_a_transaction_is_ended_by_the_server(
+    database_url: str,
+) -> None:
+    settings = make_settings(database_url, db_idle_in_transaction_timeout_seconds=1)
+    database = create_database(database_url, settings)
+    try:
+        async with database.engine.connect() as connection:
+            shown = await connection.execute(text("SHOW idle_in_transaction_session_timeout"))
+            assert shown.scalar_one() == "1s"
+            await connection.execute(text("SELECT 1"))  # a transaction begun, then left idle
+            pid = (await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+
+            async def ended() -> bool:
+                gone = await admin_fetchval(
+                    database_url, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1", pid
+                )
+                return bool(gone)
+
+            await wait_until(ended, 10, what="the idle transaction's session ended")
+            with pytest.raises(Exception) as failure:  # noqa: PT011 - the driver's own error
+                await connection.execute(text("SELECT 1"))
+            assert is_database_unavailable(failure.value)
+    finally:
+        await database.dispose()
+
+    defaults = create_database(database_url, make_settings(database_url))
+    worker = create_database(database_url, make_settings(database_url), pool_size=3)
+    try:
+        for each in (defaults, worker):
+            async with each.engine.connect() as connection:
+                shown = await connection.execute(text("SHOW idle_in_transaction_session_timeout"))
+                assert shown.scalar_one() == "1min"
+        assert worker.engine.pool.size() == 3  # type: ignore[attr-defined]
+    finally:
+        await defaults.dispose()
+        await worker.dispose()
