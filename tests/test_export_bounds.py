@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -16,9 +17,17 @@ from contextlib import aclosing
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 from app.kit.errors import PROBLEM_CONTENT_TYPE
-from app.kit.spool import READ_BUSY_RETRY_AFTER_SECONDS, ReadSlots, Spool
+from app.kit.observability import _DropLoggedErrors
+from app.kit.spool import (
+    READ_BUSY_RETRY_AFTER_SECONDS,
+    ClientTooSlow,
+    ReadSlots,
+    Spool,
+    SpoolCut,
+)
 from app.main import create_app
 from app.portability.export import CompanySnapshot
 from app.profiles.export import MemoryExportStream
@@ -173,3 +182,43 @@ async def test_a_client_that_takes_nothing_past_the_send_deadline_is_cut_off(
         again = await http.get(EXPORT, headers=auth("stalled"))
     assert again.status_code == 200
     assert len(again.content) > 16 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("export_read_concurrency", 0),
+        ("export_read_company_concurrency", -1),
+        ("export_send_timeout_seconds", 0),
+        ("export_send_timeout_seconds", "soon"),
+        ("db_idle_in_transaction_timeout_seconds", -5),
+        ("db_worker_pool_size", 10_000),
+    ],
+)
+def test_a_hostile_bound_is_refused_naming_the_setting(
+    database_url: str, field: str, value: object
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        make_settings(database_url, **{field: value})
+    assert [error["loc"] for error in refused.value.errors()] == [(field,)]
+
+
+def test_the_servers_traceback_of_a_cut_off_client_is_dropped_its_own_warning_kept() -> None:
+    """A client cut off by the send deadline ends its response by an exception the server logs
+    with a traceback; the spool logged it already, as a warning, so the server's line goes."""
+    drop = _DropLoggedErrors()
+
+    def record(error: BaseException) -> logging.LogRecord:
+        return logging.LogRecord(
+            "uvicorn.error",
+            logging.ERROR,
+            __file__,
+            1,
+            "Exception in ASGI application",
+            (),
+            (type(error), error, None),
+        )
+
+    assert not drop.filter(record(ClientTooSlow("a user's memory export")))
+    assert not drop.filter(record(SpoolCut()))
+    assert drop.filter(record(RuntimeError("anything else keeps its traceback")))

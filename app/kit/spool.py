@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Final
 
@@ -222,6 +223,9 @@ class SpooledResponse(StreamingResponse):
         self._release = release
         self._slot = slot
         self._released = False
+        # a response never sent (e.g. the request's commit failed after the route returned)
+        # still gives its slot back when it is collected
+        weakref.finalize(self, slot.end)
         self._send_timeout = send_timeout
         self._what = what
         self._spool = Spool()
