@@ -62,6 +62,7 @@ LONGEST_FILES = (
     "tests/consolidation/test_worker_faults.py",
     "tests/consolidation/test_worker_runs.py",
     "tests/rate_limits/test_flood.py",
+    "tests/test_serve_export_flood.py",
     "tests/client/test_typescript_client.py",
     "tests/test_failover.py",
     "tests/test_eval.py",
