@@ -143,7 +143,8 @@ class Settings(BaseSettings):
     # is refused with Retry-After (503 for the process, 429 for the company).
     export_read_concurrency: int = Field(default=4, ge=1, le=64)
     export_read_company_concurrency: int = Field(default=2, ge=1, le=64)
-    # A client that takes none of an export's bytes for this long is cut off, its file deleted.
+    # Each piece of an export sent (256 KiB) must be taken by the client within this long, else
+    # the client is cut off and the file deleted: 60 s asks at least ~4 KiB/s of a reader.
     export_send_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     # --- auth (contract names) ---------------------------------------------------------------

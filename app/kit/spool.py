@@ -15,9 +15,10 @@ Bounds:
   past either the export is refused before it starts (503 for the process's, 429 for the
   company's: it is that company's own load), with `Retry-After`. So concurrent exports cannot
   take the pool that serves everything else either.
-- The send deadline: a client that takes none of the body for `send_timeout` seconds is cut
-  off (the connection closed mid-body, so it reads as cut, never as complete), and the file
-  deleted.
+- The send deadline: a client that does not take each piece sent (`SEND_CHUNK_BYTES`, and
+  what the server buffers) within `send_timeout` seconds, i.e. one that stalls or reads slower
+  than about `SEND_CHUNK_BYTES / send_timeout`, is cut off (the connection closed mid-body,
+  so it reads as cut, never as complete), and the file deleted.
 - A failure of the reader half-way ends the body where the file ends: a cut body, never a
   complete one missing rows.
 """
@@ -190,8 +191,8 @@ class Spool:
 
 
 class ClientTooSlow(Exception):
-    """The client took none of the body for the send deadline. Logged here, once, as a warning;
-    the server's own traceback of it is dropped (`app.kit.observability`)."""
+    """The client did not take a piece of the body within the send deadline. Logged here, once,
+    as a warning; the server's own traceback of it is dropped (`app.kit.observability`)."""
 
     logged = True
 
@@ -282,7 +283,7 @@ class SpooledResponse(StreamingResponse):
                     await send(message)
             except TimeoutError:
                 logger.warning(
-                    "a client took none of %s for %s s; cut off",
+                    "a client took too little of %s in %s s; cut off",
                     self._what,
                     self._send_timeout,
                 )
