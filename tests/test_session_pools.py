@@ -89,3 +89,17 @@ async def test_a_session_idle_inside_a_transaction_is_ended_by_the_server(
     finally:
         await defaults.dispose()
         await worker.dispose()
+
+
+def test_behind_pgbouncer_no_session_timeout_is_sent_at_connect(database_url: str) -> None:
+    """PgBouncer refuses unknown startup parameters: in its mode both timeouts are left to the
+    database role (docs/operations.md), directly they are sent with every connection."""
+    for bouncer, sent in (
+        (False, {"statement_timeout", "idle_in_transaction_session_timeout"}),
+        (True, set()),
+    ):
+        settings = make_settings(database_url, db_pgbouncer_transaction_mode=bouncer)
+        database = create_database(database_url, settings)
+        server_settings = database.driver._connect_kwargs["server_settings"]
+        assert isinstance(server_settings, dict)
+        assert set(server_settings) - {"application_name"} == sent
