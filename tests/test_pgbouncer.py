@@ -186,11 +186,13 @@ async def test_turns_memory_and_worker_share_a_small_transaction_pool_through_pg
 async def test_a_statement_run_again_on_another_server_connection_needs_the_setting(
     database_url: str, transaction_mode: bool
 ) -> None:
-    """The control: without the setting (and with PgBouncer told to drop the statement timeout
+    """The control: without the setting (and with PgBouncer told to drop the session timeouts
     it would otherwise refuse), a statement prepared on one server connection is looked for,
     the next time, on the server connection PgBouncer hands out then, which never saw it."""
     with running_pgbouncer(
-        database_url, pool_size=2, ignore_startup_parameters=("statement_timeout",)
+        database_url,
+        pool_size=2,
+        ignore_startup_parameters=("statement_timeout", "idle_in_transaction_session_timeout"),
     ) as bouncer:
         settings = make_settings(bouncer.url, db_pgbouncer_transaction_mode=transaction_mode)
         database = create_database(str(settings.async_database_url), settings)
