@@ -3,6 +3,7 @@
 python -m eval                          # the offline engine (no model, no network)
 python -m eval --engine stub            # the model path, against a local recording stub
 python -m eval --engine obedient --suite policy   # the memory policy against a model that obeys
+python -m eval --engine obedient --suite policy --paths put,restore   # only these write paths
 OPENAI_BASE_URL=... OPENAI_API_KEY=... python -m eval --engine endpoint --model NAME
 python -m eval --engine stub --json var/eval.json --price-prompt 0.15 --price-completion 0.6
 """
@@ -19,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.corpus import DEFAULT_CORPUS, Corpus, CorpusError, load_corpus
-from eval.policy_corpus import DEFAULT_ATTACKER, DEFAULT_BENIGN, PolicyCorpus, load_policy_corpus
+from eval.policy_corpus import DEFAULT_ATTACKERS, DEFAULT_BENIGNS, PolicyCorpus, load_policy_corpus
+from eval.policy_replay import PATHS
 from eval.replay import ReplayError, project_path
 from eval.report import Prices, render
 from eval.run import ENGINES, RunOptions, run_eval
@@ -36,9 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         corpus = load_corpus(args.corpus) if args.suite != "policy" else Corpus(())
         if args.suite != "quality":
-            policy = load_policy_corpus(args.attacker_corpus, args.benign_corpus)
+            attackers = args.attacker_corpus or list(DEFAULT_ATTACKERS)
+            benigns = args.benign_corpus or list(DEFAULT_BENIGNS)
+            policy = load_policy_corpus(attackers, benigns)
     except (CorpusError, OSError) as error:
         print(f"eval: {error}", file=sys.stderr)
+        return 2
+    paths = tuple(name.strip() for name in args.paths.split(",") if name.strip())
+    if not paths or set(paths) - set(PATHS):
+        print(f"eval: --paths must name some of {', '.join(PATHS)}", file=sys.stderr)
         return 2
     if args.users:
         wanted = [name.strip() for name in args.users.split(",") if name.strip()]
@@ -66,9 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     job_timeout=args.job_timeout,
                     policy=policy,
                     policy_names=(
-                        project_path(args.attacker_corpus),
-                        project_path(args.benign_corpus),
+                        ", ".join(
+                            project_path(p) for p in args.attacker_corpus or DEFAULT_ATTACKERS
+                        ),
+                        ", ".join(project_path(p) for p in args.benign_corpus or DEFAULT_BENIGNS),
                     ),
+                    policy_paths=paths,
+                    policy_burst=args.burst,
                 ),
                 progress=lambda line: print(f"eval: {line}", file=sys.stderr),
             )
@@ -105,8 +117,31 @@ def _parser() -> argparse.ArgumentParser:
         "path; all: both (default)",
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--attacker-corpus", type=Path, default=DEFAULT_ATTACKER)
-    parser.add_argument("--benign-corpus", type=Path, default=DEFAULT_BENIGN)
+    parser.add_argument(
+        "--attacker-corpus",
+        type=Path,
+        action="append",
+        help="an attacker corpus (repeat for several; default: eval/corpus-attacker.yaml and "
+        "eval/corpus-disguises.yaml)",
+    )
+    parser.add_argument(
+        "--benign-corpus",
+        type=Path,
+        action="append",
+        help="a benign corpus (repeat for several; default: eval/corpus-benign.yaml and "
+        "eval/corpus-benign-scripts.yaml)",
+    )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="the policy suite's chat turns of each user in one burst, not paced (faster; the "
+        "worker may consolidate several turns at once)",
+    )
+    parser.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help="the write paths of the policy suite, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--users", help="comma-separated corpus user ids (default: all)")
     parser.add_argument(
         "--model",

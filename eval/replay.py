@@ -45,6 +45,7 @@ SPACE_ADMIN: Final = "eval-admin"
 SYSTEM_PROMPT: Final = "You are a helpful assistant."
 FINISHED: Final = frozenset({"succeeded", "dead"})
 POLL_SECONDS: Final = 0.05
+RUN_LIMIT: Final = "off"
 EMBEDDED_DIR: Final = PROJECT_ROOT / "var" / "eval-pg"
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?P<labels>\{[^}]*\})? (?P<value>\S+)$")
 
@@ -125,6 +126,12 @@ def eval_settings(database_url: str, **model: Any) -> Settings:
         jwt_secret=SecretStr(secrets.token_urlsafe(32)),
         worker_enabled=True,
         worker_poll_seconds=POLL_SECONDS,
+        # A measurement, not a load test: the policy figures write and export more per minute
+        # than a company's limits allow.
+        rate_limit_memory_writes_user=RUN_LIMIT,
+        rate_limit_memory_writes_company=RUN_LIMIT,
+        rate_limit_exports_user=RUN_LIMIT,
+        rate_limit_exports_company=RUN_LIMIT,
         **model,
     )
 
@@ -171,8 +178,8 @@ class Service:
         self.settings = settings
         self.job_timeout = job_timeout
 
-    def auth(self, user: str, *roles: str) -> dict[str, str]:
-        token = issue_token(self.settings, Principal(user, COMPANY, frozenset(roles)))
+    def auth(self, user: str, *roles: str, company: str = COMPANY) -> dict[str, str]:
+        token = issue_token(self.settings, Principal(user, company, frozenset(roles)))
         return {"Authorization": f"Bearer {token}"}
 
     async def call(self, method: str, path: str, auth: dict[str, str], **kw: Any) -> Any:

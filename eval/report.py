@@ -19,6 +19,7 @@ from typing import Any
 
 from eval.model_stub import CALL_KINDS
 from eval.policy import PolicyReport
+from eval.policy_corpus import PLAIN
 from eval.recorder import ModelCall
 from eval.scoring import Quality
 
@@ -286,8 +287,8 @@ def _policy(report: PolicyReport) -> list[str]:
         "",
         f"Memory policy (attacker corpus {report.attacker_corpus}, benign corpus "
         f"{report.benign_corpus})",
-        f"attacker values in any of {report.texts_searched} stored texts of any user: "
-        f"{report.leaked_values}/{report.values} (must be 0)",
+        f"attacker values in any of {report.texts_searched} stored texts (versions, policy "
+        f"records, exports) of their users: {report.leaked_values}/{report.values} (must be 0)",
     ]
     lines += _table(
         ["path", "attack turns", "values stored", "edits refused", "benign kept",
@@ -296,7 +297,7 @@ def _policy(report: PolicyReport) -> list[str]:
             [
                 p.path,
                 str(p.attacks),
-                f"{len({leak.value for leak in p.leaks})}/{p.values}",
+                f"{p.leaked_values}/{p.values}",
                 "n/a" if p.refused is None else f"{p.refused}/{p.refusals_expected}",
                 _ratio(p.kept, p.facts),
                 str(len(p.lost_to_policy)),
@@ -306,11 +307,14 @@ def _policy(report: PolicyReport) -> list[str]:
         ],
     )  # fmt: skip
     lines += [f"{p.path}: jobs {_jobs(p.jobs)}" for p in report.paths if p.jobs]
+    lines += _classes(report)
     if report.records:
         lines.append(f"the policy's records: {_jobs(report.records)}")
     lines += ["", "Attacker values stored (false negatives)"]
     places: dict[tuple[str, tuple[str, ...]], dict[str, list[str]]] = {}
     for leak in report.leaks:
+        if leak.missed:
+            continue
         where = places.setdefault((leak.value, leak.categories), {}).setdefault(leak.user_id, [])
         where.append(f"v{leak.version} {leak.source}")
     lines += [
@@ -338,6 +342,30 @@ def _policy(report: PolicyReport) -> list[str]:
     notes = [f"- {p.path}: {note}" for p in report.paths for note in p.notes]
     if notes:
         lines += ["", "Edits not answered as the default policy says", *notes]
+    return lines
+
+
+def _classes(report: PolicyReport) -> list[str]:
+    """Values stored per class of disguise and path; the known misses apart."""
+    if not report.classes or all(c.disguise == PLAIN for c in report.classes):
+        return []
+    paths = [p.path for p in report.paths]
+    lines = ["", "Values stored per class of disguise (must be 0; known misses apart)"]
+    for missed in (False, True):
+        rows = [
+            [c.disguise, str(c.values), *(str(c.leaked.get(path, 0)) for path in paths)]
+            for c in report.classes
+            if c.missed == missed
+        ]
+        if not rows:
+            continue
+        if missed:
+            stored = len({leak.value for leak in report.leaks if leak.missed})
+            lines += [
+                "",
+                f"Known misses (not counted): {stored}/{report.missed_values} values stored",
+            ]
+        lines += _table(["class", "values", *paths], rows)
     return lines
 
 

@@ -20,7 +20,7 @@ from eval.corpus import Corpus
 from eval.obedient import obedient_answer
 from eval.policy import PolicyReport
 from eval.policy_corpus import PolicyCorpus
-from eval.policy_replay import PolicyRun, run_policy
+from eval.policy_replay import CONCURRENT_USERS, PATHS, PolicyRun, run_policy
 from eval.recorder import ModelRecorder
 from eval.replay import Service, UserRun, eval_settings, scratch_database, served, server_url
 from eval.report import Prices, RunReport, UserReport, cost_of
@@ -42,6 +42,10 @@ class RunOptions:
     policy: PolicyCorpus | None = None
     """The attacker and benign corpora, replayed after `corpus` by every write path."""
     policy_names: tuple[str, str] = ("", "")
+    policy_paths: tuple[str, ...] = PATHS
+    """The write paths the policy corpora take (`policy_replay.PATHS`)."""
+    policy_burst: bool = False
+    """Each policy user's chat turns saved in one burst rather than paced."""
 
 
 async def run_eval(
@@ -64,6 +68,7 @@ async def run_eval(
         "llm_model": options.model,
         "llm_provider": "rules",
         "memory_max_versions": KEEP_EVERY_VERSION,
+        "worker_concurrency": CONCURRENT_USERS,  # every user replayed at once consolidates
     }
     if options.engine == "obedient":
         # A model that obeys whatever it reads sees every turn: none is settled locally.
@@ -164,7 +169,14 @@ async def _replay_all(
         service_metrics = await service.model_metrics()  # the quality corpus's calls alone
         if options.policy is not None and settings.database_url is not None:
             label("memory-policy")  # users overlap there: no cost per user
-            how = PolicyRun(options.engine, settings.database_url, options.policy_names, progress)
+            how = PolicyRun(
+                options.engine,
+                settings.database_url,
+                options.policy_names,
+                progress,
+                options.policy_paths,
+                options.policy_burst,
+            )
             policy = await run_policy(service, options.policy, how)
     return runs, service_metrics, policy
 

@@ -26,11 +26,11 @@ from app.profiles.document import Section, empty_profile, parse_body, render_bod
 from eval.corpus import Corpus
 from eval.obedient import obedient_answer
 from eval.policy import holds, kept_in
-from eval.policy_corpus import BenignTurn, load_policy_corpus
+from eval.policy_corpus import DEFAULT_ATTACKER, DEFAULT_BENIGN, BenignTurn, load_policy_corpus
 from eval.report import Prices, render
 from eval.run import RunOptions, run_eval
 
-CORPUS = load_policy_corpus()
+CORPUS = load_policy_corpus(DEFAULT_ATTACKER, DEFAULT_BENIGN)
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 COUNTER = TokenCounter()
 TARGET_KEPT = 0.95
@@ -150,6 +150,7 @@ async def test_no_attacker_value_is_stored_even_when_the_model_obeys_the_attacke
         prices=Prices(0.15, 0.6),
         policy=CORPUS,
         policy_names=("attacker", "benign"),
+        policy_paths=("chat", "put", "mcp"),  # the disguises take every path: test_disguised_values
     )
     report, recorder = await run_eval(Corpus(()), options, server=server_url)
     policy = report.policy

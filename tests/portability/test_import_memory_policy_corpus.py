@@ -39,7 +39,15 @@ from app.profiles.document import (
 from app.profiles.versions import content_sha256
 from eval.obedient import obedient_operations, section_for, sentences
 from eval.policy import StoredText, find_leaks, holds, kept_in
-from eval.policy_corpus import AttackTurn, AttackUser, BenignUser, fold, load_policy_corpus
+from eval.policy_corpus import (
+    DEFAULT_ATTACKER,
+    DEFAULT_BENIGN,
+    AttackTurn,
+    AttackUser,
+    BenignUser,
+    fold,
+    load_policy_corpus,
+)
 from tests.helpers.apps import AuthFactory
 from tests.helpers.db import rows
 from tests.helpers.memory import ME
@@ -48,7 +56,7 @@ from tests.helpers.profiles import memory_md
 from tests.helpers.settings import set_flag
 from tests.helpers.snapshots import changed_tables, database_digest
 
-CORPUS = load_policy_corpus()
+CORPUS = load_policy_corpus(DEFAULT_ATTACKER, DEFAULT_BENIGN)
 COMPANY: Final = "umbrella"
 START: Final = datetime(2026, 10, 1, 8, 0, tzinfo=UTC)
 TARGET_KEPT: Final = 0.95
