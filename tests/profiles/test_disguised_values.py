@@ -28,6 +28,7 @@ from stdnum.fr import nir
 from stdnum.us import ssn
 
 from app.detectors import Category
+from eval.__main__ import main as eval_main
 from eval.corpus import Corpus, CorpusError
 from eval.policy import PathFigures, PolicyReport, canonical, holds, kept_in
 from eval.policy_corpus import (
@@ -242,6 +243,16 @@ def test_a_benign_corpus_with_an_unknown_comparison_is_refused(
     path.write_text(body, encoding="utf-8")
     with pytest.raises(CorpusError, match="compare"):
         load_policy_corpus(DISGUISES, path)
+
+
+@pytest.mark.parametrize("paths", ["chat,bogus", "", " , ", "PUT"])
+def test_make_eval_refuses_a_write_path_it_does_not_know(
+    paths: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert eval_main(["--suite", "policy", "--paths", paths]) == 2
+    assert "--paths must name some of chat, put, mcp, restore, import, company" in (
+        capsys.readouterr().err
+    )
 
 
 # --- both corpora through every write path --------------------------------------------------------
