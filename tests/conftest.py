@@ -57,6 +57,7 @@ LONGEST_FILES = (
     "tests/openapi_fuzz/test_fuzz_as_operator.py",
     "tests/test_serve_slow_clients.py",
     "tests/test_eval_policy.py",
+    "tests/profiles/test_disguised_values.py",
     "tests/test_serve_workers.py",
     "tests/browser/test_memory_page.py",
     "tests/consolidation/test_worker_faults.py",
