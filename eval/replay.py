@@ -127,11 +127,13 @@ def eval_settings(database_url: str, **model: Any) -> Settings:
         worker_enabled=True,
         worker_poll_seconds=POLL_SECONDS,
         # A measurement, not a load test: the policy figures write and export more per minute
-        # than a company's limits allow.
+        # (and read more exports of one company at once) than a company's limits allow.
         rate_limit_memory_writes_user=RUN_LIMIT,
         rate_limit_memory_writes_company=RUN_LIMIT,
         rate_limit_exports_user=RUN_LIMIT,
         rate_limit_exports_company=RUN_LIMIT,
+        export_read_concurrency=64,
+        export_read_company_concurrency=64,
         **model,
     )
 
