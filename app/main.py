@@ -121,24 +121,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.worker_enabled:
             # its own small pool: claims and heartbeats never wait behind request traffic
             worker_database = create_database(url, settings, pool_size=settings.worker_pool_size)
-            worker = BackgroundWorker(
-                worker_database,
-                settings,
-                app.state.metrics,
-                app.state.tokens,
-                tracer=tracing.tracer,
-                instrument_http_client=tracing.instrument_http_client,
-                maintenance=(
-                    prune_idempotency_keys,
-                    *chat_retention_steps(settings.chat_retention_days),
-                    *memory_retention_steps(policy, app.state.metrics),
-                    quota_check_step(
-                        user_history_messages=settings.quota_user_history_messages,
-                        company_storage_bytes=settings.quota_company_storage_bytes,
-                        interval_seconds=settings.quota_check_interval_seconds,
-                    ),
-                ),
-            )
+            worker = _in_process_worker(app, worker_database, policy)
             worker.start()
         mcp: McpEndpoint = app.state.mcp
         async with mcp.running(database, policy, app.state.rate_limiter, tracing.tracer):
@@ -148,16 +131,47 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if overrides is not None:
             overrides.cancel()
             await asyncio.gather(overrides, return_exceptions=True)
-        if worker is not None:
-            await worker.stop()
-        if worker_database is not None:
-            await worker_database.dispose()
+        await _stop_in_process_worker(worker, worker_database)
         await meter.stop()  # the counts since the last flush
         await verifier.keys.close()
         await database.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
         await asyncio.to_thread(tracing.stop)  # flushes the spans still waiting for export
+
+
+def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) -> BackgroundWorker:
+    """The worker `serve` runs beside the API (`WORKER_ENABLED`), with its maintenance steps."""
+    settings: Settings = app.state.settings
+    tracing: Tracing = app.state.tracing
+    return BackgroundWorker(
+        database,
+        settings,
+        app.state.metrics,
+        app.state.tokens,
+        tracer=tracing.tracer,
+        instrument_http_client=tracing.instrument_http_client,
+        maintenance=(
+            prune_idempotency_keys,
+            *chat_retention_steps(settings.chat_retention_days),
+            *memory_retention_steps(policy, app.state.metrics),
+            quota_check_step(
+                user_history_messages=settings.quota_user_history_messages,
+                company_storage_bytes=settings.quota_company_storage_bytes,
+                interval_seconds=settings.quota_check_interval_seconds,
+            ),
+        ),
+    )
+
+
+async def _stop_in_process_worker(
+    worker: BackgroundWorker | None, database: Database | None
+) -> None:
+    """Stop the worker (it finishes the jobs in hand), then close its pool."""
+    if worker is not None:
+        await worker.stop()
+    if database is not None:
+        await database.dispose()
 
 
 # Allocations between two collections of the youngest generation (CPython's default: 700). A
