@@ -78,6 +78,7 @@ def _serve_env(database_url: str, workdir: Path) -> dict[str, str]:
         "PYTHONPATH": str(PROJECT_ROOT),
         "ENVIRONMENT": "test",
         "JWT_SECRET": TEST_JWT_SECRET,
+        "JWT_PLATFORM": "true",  # the operator enables memory with a static token
         "LLM_PROVIDER": "rules",
         "LOG_LEVEL": "WARNING",
         "DATABASE_URL": database_url,

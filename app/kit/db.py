@@ -329,7 +329,21 @@ _REFUSE_WHEN_READ_ONLY = text(
 async def database_is_ready(db: Database) -> tuple[bool, str | None]:
     """(reachable and writable, current alembic revision) for /readyz. A server that cannot
     write raises SQLSTATE 25006: unavailable, and the engine's connections to it are dropped
-    (`_drop_refusing_connections`), so the next check connects to the writable host."""
+    (`_drop_refusing_connections`), so the next check connects to the writable host.
+
+    A pooled connection the server ended while it sat idle (a restart, a terminated backend)
+    is not an unreachable database: the engine then drops its pool, and the check is made once
+    more on a fresh connection. Requests use their own pool, and the worker has its own engine,
+    so nothing else may have found the dead connections before the probe does."""
+    try:
+        return await _check_readiness(db)
+    except exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+    return await _check_readiness(db)
+
+
+async def _check_readiness(db: Database) -> tuple[bool, str | None]:
     async with db.engine.connect() as conn:
         await conn.execute(_REFUSE_WHEN_READ_ONLY)
         revision = (
