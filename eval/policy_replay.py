@@ -22,7 +22,6 @@ import contextlib
 import json
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -53,6 +52,7 @@ from app.profiles.document import (
 )
 from app.profiles.versions import content_sha256
 from eval.corpus import UserScript
+from eval.import_stream import user_memory_records
 from eval.obedient import obedient_operations, section_for
 from eval.policy import (
     LostFact,
@@ -492,12 +492,7 @@ def _company_stream(histories: Sequence[tuple[str, list[dict[str, Any]]]]) -> by
     """The company export stream of `histories`: the context-memory flag on, the default
     memory policy, the user-memory folders with their ACLs, each user's memory file and
     versions."""
-    root = str(uuid.uuid4())
-    folders = {user_id: str(uuid.uuid4()) for user_id, _ in histories}
     stamp = {"updated_by_company_id": "platform", "updated_by": OPERATOR}
-    acl = [("group", f"root:{IMPORTED}", root)] + [
-        ("user", user_id, folder) for user_id, folder in folders.items()
-    ]
     records: list[dict[str, Any]] = [
         {
             "type": "feature_flag",
@@ -516,44 +511,7 @@ def _company_stream(histories: Sequence[tuple[str, list[dict[str, Any]]]]) -> by
             "updated_at": _START.isoformat(),
             **stamp,
         },
-        {
-            "type": "folder",
-            "id": root,
-            "path": "user-memory",
-            "parent_id": None,
-            "inherit_access": False,
-        },
-        *(
-            {
-                "type": "folder",
-                "id": folder,
-                "path": f"user-memory/{user_id}",
-                "parent_id": root,
-                "inherit_access": False,
-            }
-            for user_id, folder in folders.items()
-        ),
-        *(
-            {
-                "type": "folder_acl",
-                "folder_id": folder_id,
-                "principal_kind": kind,
-                "principal_id": principal,
-                "permission": permission,
-            }
-            for kind, principal, folder_id in acl
-            for permission in ("READ", "WRITE")
-        ),
-        *(
-            {
-                "type": "memory_file",
-                "user_id": user_id,
-                "folder_id": folders[user_id],
-                "head_version": len(versions),
-            }
-            for user_id, versions in histories
-        ),
-        *(version for _, versions in histories for version in versions),
+        *user_memory_records(IMPORTED, histories),
     ]
     counts: dict[str, int] = {}
     for record in records:

@@ -18,6 +18,7 @@ from app.portability.kinds import RECORD_TYPES
 from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Operation, OpKind, Profile, Section
 from app.profiles.versions import ExpectedHead, VersionPolicy, VersionSource, content_sha256
+from eval.import_stream import user_memory_records
 from tests.helpers.apps import OPERATOR, SPACE, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import sessions
 from tests.helpers.memory import ME
@@ -175,59 +176,22 @@ def stream_of(company: str, *lines: dict[str, Any], trailer: bool = True) -> byt
 def memory_records(company: str, user_id: str, contents: list[str]) -> list[dict[str, Any]]:
     """The records of one user's memory: the root and the user's folder with their ACLs, the
     memory.md and a version per document in `contents` (a stream needs the root once)."""
-    root, folder = str(uuid.uuid4()), str(uuid.uuid4())
-    acl = [
-        ("group", f"root:{company}", root),
-        ("user", user_id, folder),
-    ]
-    return [
+    versions = [
         {
-            "type": "folder",
-            "id": root,
-            "path": "user-memory",
-            "parent_id": None,
-            "inherit_access": False,
-        },
-        {
-            "type": "folder",
-            "id": folder,
-            "path": f"user-memory/{user_id}",
-            "parent_id": root,
-            "inherit_access": False,
-        },
-        *(
-            {
-                "type": "folder_acl",
-                "folder_id": folder_id,
-                "principal_kind": kind,
-                "principal_id": principal,
-                "permission": permission,
-            }
-            for kind, principal, folder_id in acl
-            for permission in ("READ", "WRITE")
-        ),
-        {
-            "type": "memory_file",
+            "type": "memory_version",
             "user_id": user_id,
-            "folder_id": folder,
-            "head_version": len(contents),
-        },
-        *(
-            {
-                "type": "memory_version",
-                "user_id": user_id,
-                "version": number,
-                "content": content,
-                "sha256": content_sha256(content),
-                "tokens": 1,
-                "reason": "user_edit",
-                "operations": [],
-                "source_turn_ids": [],
-                "created_at": "2026-11-01T10:00:00+00:00",
-            }
-            for number, content in enumerate(contents, start=1)
-        ),
+            "version": number,
+            "content": content,
+            "sha256": content_sha256(content),
+            "tokens": 1,
+            "reason": "user_edit",
+            "operations": [],
+            "source_turn_ids": [],
+            "created_at": "2026-11-01T10:00:00+00:00",
+        }
+        for number, content in enumerate(contents, start=1)
     ]
+    return user_memory_records(company, [(user_id, versions)])
 
 
 def records(stream: bytes) -> list[dict[str, Any]]:

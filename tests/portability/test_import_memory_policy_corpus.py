@@ -12,7 +12,6 @@ storing nothing; with a benign fact it imports."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +36,7 @@ from app.profiles.document import (
     render,
 )
 from app.profiles.versions import content_sha256
+from eval.import_stream import user_memory_records
 from eval.obedient import obedient_operations, section_for, sentences
 from eval.policy import StoredText, find_leaks, holds, kept_in
 from eval.policy_corpus import (
@@ -190,51 +190,7 @@ def _benign_history(user: BenignUser) -> _History:
 def _memory_records(histories: Sequence[_History]) -> list[dict[str, Any]]:
     """The user-memory root, each user's folder with its ACL, memory.md and versions, grouped
     by type in stream order."""
-    root = str(uuid.uuid4())
-    folders = {history.user_id: str(uuid.uuid4()) for history in histories}
-    acl = [("group", f"root:{COMPANY}", root)] + [
-        ("user", user_id, folder) for user_id, folder in folders.items()
-    ]
-    return [
-        {
-            "type": "folder",
-            "id": root,
-            "path": "user-memory",
-            "parent_id": None,
-            "inherit_access": False,
-        },
-        *(
-            {
-                "type": "folder",
-                "id": folder,
-                "path": f"user-memory/{user_id}",
-                "parent_id": root,
-                "inherit_access": False,
-            }
-            for user_id, folder in folders.items()
-        ),
-        *(
-            {
-                "type": "folder_acl",
-                "folder_id": folder_id,
-                "principal_kind": kind,
-                "principal_id": principal,
-                "permission": permission,
-            }
-            for kind, principal, folder_id in acl
-            for permission in ("READ", "WRITE")
-        ),
-        *(
-            {
-                "type": "memory_file",
-                "user_id": history.user_id,
-                "folder_id": folders[history.user_id],
-                "head_version": len(history.versions),
-            }
-            for history in histories
-        ),
-        *(version for history in histories for version in history.versions),
-    ]
+    return user_memory_records(COMPANY, [(h.user_id, h.versions) for h in histories])
 
 
 # --- what is searched -----------------------------------------------------------------------------
