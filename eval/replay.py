@@ -156,6 +156,9 @@ async def served(settings: Settings) -> AsyncIterator[str]:
         lifespan="on",
         ws="none",
         timeout_graceful_shutdown=5,
+        # longer than any pause of the replay's client (a worker drained on a loaded machine):
+        # a keep-alive connection the server closes as the client reuses it is a ReadError
+        timeout_keep_alive=120,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
