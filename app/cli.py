@@ -1,4 +1,5 @@
-"""Command line: serve | worker | migrate | token | openapi (also the `context-memory` script)."""
+"""Command line: serve | worker | migrate | distribute | token | openapi (also the
+`context-memory` script)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="healthcheck: exit 0 if the worker loop is alive"
     )
 
-    commands.add_parser("migrate", help="alembic upgrade head")
+    commands.add_parser(
+        "migrate", help="alembic upgrade head (then distribute, on a Citus coordinator)"
+    )
+    commands.add_parser(
+        "distribute",
+        help="on a Citus coordinator: distribute the company tables by company_id, replicate "
+        "the others (a no-op without Citus)",
+    )
 
     token = commands.add_parser("token", help="print a JWT signed with the configured key")
     token.add_argument("--sub", required=True, help="user id")
@@ -71,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _worker_check(settings) if args.check else _worker(settings)
     if args.command == "migrate":
         return _migrate(settings)
+    if args.command == "distribute":
+        return _distribute(settings)
     if args.command == "token":
         from app.kit.auth import Principal, issue_token  # noqa: PLC0415
 
@@ -119,8 +129,10 @@ def _migrate(settings: Settings) -> int:
     from app.kit.db import run_migrations  # noqa: PLC0415
 
     if settings.database_url:
-        run_migrations(to_asyncpg_url(settings.database_url))
+        url = to_asyncpg_url(settings.database_url)
+        run_migrations(url)
         print("migrated DATABASE_URL to head")
+        _report_distribution(url, quiet=True)
         return 0
     from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
@@ -131,6 +143,31 @@ def _migrate(settings: Settings) -> int:
         embedded.stop()
     print(f"migrated the embedded database in {settings.embedded_pg_dir} to head")
     return 0
+
+
+def _distribute(settings: Settings) -> int:
+    """`distribute`: needs DATABASE_URL (the embedded database never runs Citus)."""
+    if not settings.database_url:
+        print("DATABASE_URL is unset: the embedded database has no Citus, nothing to distribute")
+        return 0
+    _report_distribution(to_asyncpg_url(settings.database_url), quiet=False)
+    return 0
+
+
+def _report_distribution(url: str, *, quiet: bool) -> None:
+    from app.kit.citus import distribute  # noqa: PLC0415
+    from app.models import metadata  # noqa: PLC0415
+
+    outcome = asyncio.run(distribute(url, metadata))
+    if not outcome.citus:
+        if not quiet:
+            print("no citus extension in the database: nothing to distribute")
+        return
+    print(
+        f"citus: {len(outcome.distributed)} table(s) distributed by company_id, "
+        f"{len(outcome.referenced)} made reference tables"
+        + ("" if outcome.distributed or outcome.referenced else " (all were already)")
+    )
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
