@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.conversations.modes import Message, MessageSource, Role
 from app.kit.auth import Principal
+from app.kit.citus import across_companies
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,10 @@ async def lock_user_history(session: AsyncSession, company_id: str, user_id: str
 # --- the turn write, as fragments of the turn-save's one statement (composed in app/turns) ------
 
 _TURN_LOCKS: Final = """turn_locks AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock_shared(hashtextextended(:user_lock_key, 0)) AS user_held,
-           pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) AS chat_held{source}
+    SELECT pg_advisory_xact_lock_shared(hashtextextended(:user_lock_key, 0)) IS NOT NULL
+               AS user_held,
+           pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) IS NOT NULL
+               AS chat_held{source}
 )"""
 
 TURN_LOCKS_CTE: Final = "\nWITH " + _TURN_LOCKS.format(source="")
@@ -135,17 +138,18 @@ TURN_ROWS_CTE: Final = """, turn AS (
 # conflict branch only ever replaces an expired record; `stored = 0` means that did not hold.
 IDEMPOTENCY_RECORD_CTE: Final = """, idempotency AS (
     INSERT INTO idempotency_keys AS k
-        (company_id, user_id, key, request_hash, response_status, response_body, expires_at)
+        (company_id, user_id, key, request_hash, response_status, response_body, created_at,
+         expires_at)
     SELECT :company_id, :user_id, :idempotency_key, :request_hash, :response_status,
-           CAST(:response_body AS bytea), now() + make_interval(hours => :ttl_hours)
+           CAST(:response_body AS bytea), now(), now() + make_interval(hours => :ttl_hours)
     FROM planned
     ON CONFLICT (company_id, user_id, key) DO UPDATE
         SET request_hash = EXCLUDED.request_hash,
             response_status = EXCLUDED.response_status,
             response_body = EXCLUDED.response_body,
-            created_at = now(),
+            created_at = EXCLUDED.created_at,
             expires_at = EXCLUDED.expires_at
-        WHERE k.expires_at <= now()
+        WHERE k.expires_at <= EXCLUDED.created_at
     RETURNING 1
 )"""
 """The keyed request's record, written with the turn (only when `planned` has a row)."""
@@ -357,12 +361,13 @@ async def delete_history_older_than(engine: AsyncEngine, days: int, *, batch: in
     """
     deleted = 0
     while True:
-        async with engine.begin() as conn:
+        # retention is one setting of the instance, applied by age to every company at once
+        async with engine.begin() as conn, across_companies(conn):
             result = await conn.execute(_DELETE_OLD_MESSAGES, {"days": days, "batch": batch})
         count = int(result.rowcount)
         deleted += count
         if count < batch:
             break
-    async with engine.begin() as conn:
+    async with engine.begin() as conn, across_companies(conn):
         result = await conn.execute(_DELETE_EMPTY_OLD_TURNS, {"days": days})
     return deleted + int(result.rowcount)

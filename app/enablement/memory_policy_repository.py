@@ -103,7 +103,9 @@ async def upsert_memory_policy(
         inactive_memory_days=policy.inactive_memory_days,
         updated_by_company_id=editor.company_id,
         updated_by=editor.user_id,
+        updated_at=func.now(),
     )
+    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
     statement = values.on_conflict_do_update(
         index_elements=[CompanyMemoryPolicy.company_id],
         set_={
@@ -112,7 +114,7 @@ async def upsert_memory_policy(
             "inactive_memory_days": values.excluded.inactive_memory_days,
             "updated_by_company_id": values.excluded.updated_by_company_id,
             "updated_by": values.excluded.updated_by,
-            "updated_at": func.now(),
+            "updated_at": values.excluded.updated_at,
         },
     ).returning(CompanyMemoryPolicy.updated_at)
     updated_at = (await session.execute(statement)).scalar_one()

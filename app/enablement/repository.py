@@ -118,14 +118,16 @@ async def upsert_flag(
         enabled=enabled,
         updated_by_company_id=editor.company_id,
         updated_by=editor.user_id,
+        updated_at=func.now(),
     )
+    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
     statement = values.on_conflict_do_update(
         index_elements=[CompanyFeatureFlag.company_id, CompanyFeatureFlag.flag],
         set_={
             "enabled": values.excluded.enabled,
             "updated_by_company_id": values.excluded.updated_by_company_id,
             "updated_by": values.excluded.updated_by,
-            "updated_at": func.now(),
+            "updated_at": values.excluded.updated_at,
         },
     ).returning(CompanyFeatureFlag.updated_at)
     updated_at = (await session.execute(statement)).scalar_one()
@@ -235,11 +237,14 @@ async def upsert_user_setting(
     session: AsyncSession, company_id: str, user_id: str, context_memory: bool
 ) -> None:
     statement = insert(UserSettings).values(
-        company_id=company_id, user_id=user_id, context_memory=context_memory
+        company_id=company_id, user_id=user_id, context_memory=context_memory, updated_at=func.now()
     )
     statement = statement.on_conflict_do_update(
         index_elements=[UserSettings.company_id, UserSettings.user_id],
-        set_={"context_memory": statement.excluded.context_memory, "updated_at": func.now()},
+        set_={
+            "context_memory": statement.excluded.context_memory,
+            "updated_at": statement.excluded.updated_at,
+        },
     )
     await session.execute(statement)
 

@@ -34,6 +34,7 @@ from app.enablement import audit
 from app.enablement.repository import anonymise_editor, delete_user_setting
 from app.jobs.repository import delete_every_user_job
 from app.kit.auth import Principal
+from app.kit.citus import across_companies
 from app.profiles.switch import delete_user_memory, lock_user_memory
 from app.quotas.repository import delete_user_marks
 from app.rate_limits import repository as rate_limits_repository
@@ -90,11 +91,14 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
     keys = await delete_user_idempotency_keys(session, company_id, user_id)
     await delete_user_marks(session, company_id, user_id)  # derived from the history: no count
     setting = await delete_user_setting(session, company_id, user_id)
-    events = await audit.erase_user_events(session, company_id, user_id)
-    edits = await anonymise_editor(session, company_id, user_id, audit.ERASED_ACTOR)
-    edits += await rate_limits_repository.anonymise_editor(
-        session, company_id, user_id, audit.ERASED_ACTOR
-    )
+    # the user's edits as an operator are in other companies, found by the actor: these
+    # statements reach every company's shard on a distributed cluster (erasures are rare)
+    async with across_companies(session):
+        events = await audit.erase_user_events(session, company_id, user_id)
+        edits = await anonymise_editor(session, company_id, user_id, audit.ERASED_ACTOR)
+        edits += await rate_limits_repository.anonymise_editor(
+            session, company_id, user_id, audit.ERASED_ACTOR
+        )
     erasure = Erasure(
         Deleted(
             profile=memory.profile,

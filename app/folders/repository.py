@@ -222,7 +222,7 @@ def _acl_lateral(folder: str, alias: str) -> str:
 LEFT JOIN LATERAL (
     SELECT array_agg(a.principal_kind) AS kinds, array_agg(a.principal_id) AS principals,
            array_agg(a.permission) AS permissions
-    FROM folder_acl a WHERE a.company_id = {folder}.company_id AND a.folder_id = {folder}.id
+    FROM folder_acl a WHERE a.company_id = :company_id AND a.folder_id = {folder}.id
 ) {alias} ON true"""  # noqa: S608
 
 
@@ -237,10 +237,12 @@ FOLDER_COLUMNS = """
 
 def folder_joins(folder_id: str) -> str:
     """Joins the folder whose id is the SQL expression `folder_id` (a column of an earlier
-    join, never user input) in :company_id, its parent, and both ACLs, for `FOLDER_COLUMNS`."""
+    join, never user input) in :company_id, its parent, and both ACLs, for `FOLDER_COLUMNS`.
+    Each table is pinned to :company_id itself, not through another table's `company_id`: Citus
+    router-plans outer joins only so."""
     return f"""
 LEFT JOIN folders fo ON fo.company_id = :company_id AND fo.id = {folder_id}
-LEFT JOIN folders pf ON pf.company_id = fo.company_id AND pf.id = fo.parent_id
+LEFT JOIN folders pf ON pf.company_id = :company_id AND pf.id = fo.parent_id
 {_acl_lateral("fo", "fa")}
 {_acl_lateral("pf", "pa")}"""
 

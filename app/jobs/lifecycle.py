@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     ARRAY,
@@ -33,8 +33,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from app.jobs.queue import JOBS, ClaimedJob, FailResult, JobOutcome
+from app.kit.citus import compiling_for_citus, known_citus
 
 BACKOFF_BASE_SECONDS: Final = 2.0
 BACKOFF_FACTOR: Final = 2.0
@@ -45,8 +48,44 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]+")
 Executor = AsyncSession | AsyncConnection
 
 
-_CLOCK: Final = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
-"""PostgreSQL's `now()`, or the instant bound as `now` (tests step time with it)."""
+class _Clock(ColumnElement[datetime]):
+    """PostgreSQL's `now()`, or the instant bound as `now` (tests step time with it):
+    `coalesce(:now, now())`. On a Citus cluster, which refuses a non-immutable function inside
+    COALESCE in an UPDATE, it is `:now` alone, always bound (`_clock`)."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
+
+@compiles(_Clock)
+def _compile_clock(element: _Clock, compiler: SQLCompiler, **kw: Any) -> str:
+    now = compiler.process(bindparam("now", type_=DateTime(timezone=True)), **kw)
+    if compiling_for_citus(compiler.dialect):
+        return f"CAST({now} AS timestamptz)"
+    return f"coalesce({now}, now())"
+
+
+_CLOCK: Final = _Clock()
+
+
+class _RetryAt(ColumnElement[datetime]):
+    """`_CLOCK` + the retry's delay, a `timedelta` bound as `retry_delay`; on a Citus cluster,
+    which refuses a non-immutable operator (timestamptz + interval) inside CASE in an UPDATE,
+    the instant computed by the caller, bound as `retry_at`."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
+
+@compiles(_RetryAt)
+def _compile_retry_at(element: _RetryAt, compiler: SQLCompiler, **kw: Any) -> str:
+    if compiling_for_citus(compiler.dialect):
+        at = compiler.process(bindparam("retry_at", type_=DateTime(timezone=True)), **kw)
+        return f"CAST({at} AS timestamptz)"
+    delay = compiler.process(bindparam("retry_delay", type_=Interval), **kw)
+    return f"({compiler.process(_CLOCK, **kw)} + {delay})"
+
+
 _HELD: Final = and_(
     JOBS.c.company_id == bindparam("held_company", type_=String),
     JOBS.c.id == any_(bindparam("held_ids", type_=ARRAY(Uuid))),
@@ -55,6 +94,16 @@ _HELD: Final = and_(
 )
 """The claim's rows, only while its lease token still stands (the fence); `_held_params`
 binds it. The statements that use it are built once: they are the worker's most frequent."""
+
+
+async def _clock(executor: Executor, now: datetime | None) -> datetime | None:
+    """`now`, or on a Citus cluster the transaction's `now()` read first: Citus refuses a
+    non-immutable function inside the COALESCE of `_CLOCK` in an UPDATE, and is given the
+    instant instead (one more round trip there; none on plain PostgreSQL)."""
+    if now is not None or not known_citus(executor):
+        return now
+    clock: datetime | None = await executor.scalar(select(func.now()))
+    return clock
 
 
 def _held_params(claimed: ClaimedJob, now: datetime | None) -> dict[str, object]:
@@ -85,8 +134,9 @@ async def heartbeat(
     """Extend the lease to now + `lease_seconds`. False = the lease is lost for at least one job
     (re-claimed after expiry, or deleted by an opt-out): the worker must stop and write nothing.
     An expired lease nobody re-claimed yet is still ours and is extended."""
-    params = _held_params(claimed, now) | {"lease": timedelta(seconds=lease_seconds)}
     async with engine.begin() as conn:
+        params = _held_params(claimed, await _clock(conn, now))
+        params |= {"lease": timedelta(seconds=lease_seconds)}
         extended = await conn.execute(_HEARTBEAT, params)
         return len(extended.all()) == len(claimed.jobs)
 
@@ -155,7 +205,7 @@ async def complete_jobs(  # noqa: PLR0913 - the last three are optional, by keyw
     The rows stay locked until the caller commits, so a re-claim cannot slip in between.
     `statement`: one of `completion_statement`, its riders bound by `riders`.
     """
-    params = _held_params(claimed, now) | {
+    params = _held_params(claimed, await _clock(executor, now)) | {
         "held_count": len(claimed.jobs),
         "outcome": outcome,
         "version": version,
@@ -223,13 +273,15 @@ async def fail_jobs(
         retry_after_seconds=failure.retry_after_seconds,
     )
     retry = JOBS.c.attempts < JOBS.c.max_attempts if failure.retryable else false()
+    retry_delay = timedelta(seconds=delay)
     async with engine.begin() as conn:
+        clock = await _clock(conn, now)
         failed = await conn.execute(
             update(JOBS)
             .where(_HELD)
             .values(
                 status=case((retry, "retrying"), else_="dead"),
-                run_after=case((retry, _CLOCK + timedelta(seconds=delay)), else_=JOBS.c.run_after),
+                run_after=case((retry, _RetryAt()), else_=JOBS.c.run_after),
                 finished_at=case((retry, null()), else_=_CLOCK),
                 error_class=failure.error_class,
                 error_message=message,
@@ -238,7 +290,8 @@ async def fail_jobs(
                 updated_at=_CLOCK,
             )
             .returning(JOBS.c.status),
-            _held_params(claimed, now),
+            _held_params(claimed, clock)
+            | {"retry_delay": retry_delay, "retry_at": clock and clock + retry_delay},
         )
         statuses = set(failed.scalars().all())
     if not statuses:

@@ -26,8 +26,10 @@ import asyncpg
 from sqlalchemy import ColumnElement, Table, and_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.jobs import cluster_claim
 from app.jobs.driver import Statement, driver_transaction
 from app.jobs.models import Job, JobCompanyClaim
+from app.kit.citus import runs_citus
 
 JobKind = str
 """The name of a kind of job; the worker runs each with the handler registered for it."""
@@ -148,6 +150,8 @@ async def claim_next_job(
     """
     if now is not None and now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
+    if await runs_citus(engine):
+        return await _claim_on_cluster(engine, worker_id, policy, now=now)
     passed_companies: list[str] = []
     passed_users: list[str] = []
     async with driver_transaction(engine) as conn:
@@ -350,6 +354,12 @@ async def _take_jobs(
             worker_id=worker_id[:128],
         ),
     )
+    return _claimed(company_id, user_id, token, rows)
+
+
+def _claimed(
+    company_id: str, user_id: str, token: uuid.UUID, rows: list[asyncpg.Record]
+) -> ClaimedJob | None:
     if not rows:
         return None
     refs = tuple(
@@ -364,6 +374,47 @@ async def _take_jobs(
         for row in rows
     )
     return ClaimedJob(company_id, user_id, rows[0]["kind"], token, refs)
+
+
+async def _claim_on_cluster(
+    engine: AsyncEngine, worker_id: str, policy: ClaimPolicy, *, now: datetime | None
+) -> ClaimedJob | None:
+    """`claim_next_job` on a Citus cluster (`app/jobs/cluster_claim.py`): the companies in fair
+    order, in each its candidate owners oldest job first, the first whose lock (on the
+    coordinator) this transaction takes and who still has a claimable job is claimed."""
+    passed_companies: list[str] = []
+    async with driver_transaction(engine) as conn:
+        clock = await cluster_claim.clock_of(conn, now)
+        while companies := await cluster_claim.pick_companies(conn, clock, passed_companies):
+            for company_id in companies:
+                passed_users: list[str] = []
+                owners = await cluster_claim.pick_owners(
+                    conn, clock, company_id, passed_users, policy.candidates
+                )
+                for user_id in owners:
+                    if not await cluster_claim.try_lock(conn, LOCK_NAMESPACE, company_id, user_id):
+                        continue
+                    token = uuid.uuid4()
+                    rows = await cluster_claim.take_jobs(
+                        conn,
+                        clock=clock,
+                        company_id=company_id,
+                        user_id=user_id,
+                        lease_expired_class=LEASE_EXPIRED_CLASS,
+                        lease_expired_message=LEASE_EXPIRED_MESSAGE,
+                        coalesce=sorted(policy.coalesce),
+                        more=policy.batch_size - 1,
+                        lease_token=token,
+                        lease_seconds=policy.lease_seconds,
+                        worker_id=worker_id[:128],
+                    )
+                    claimed = _claimed(company_id, user_id, token, rows)
+                    if claimed is not None:
+                        return claimed
+            if set(companies) <= set(passed_companies):
+                return None
+            passed_companies += companies
+    return None
 
 
 def claimable(clock: ColumnElement[datetime]) -> ColumnElement[bool]:

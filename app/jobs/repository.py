@@ -25,6 +25,7 @@ from app.jobs.queue import (
     JobStatus,
     claimable,
 )
+from app.kit.citus import across_companies
 from app.kit.errors import Conflict, NotFound
 from app.kit.pagination import Page, PageRequest, page_of
 
@@ -153,7 +154,8 @@ async def queue_stats(engine: AsyncEngine) -> QueueStats:
     """Depth by status and the wait of the most overdue claimable job, for the metrics gauges
     `queue_depth` and `queue_oldest_age_seconds`."""
     due_since = case((JOBS.c.status == "running", JOBS.c.lease_expires_at), else_=JOBS.c.run_after)
-    async with engine.connect() as conn:
+    # gauges of the whole instance for /metrics: every company's jobs
+    async with engine.connect() as conn, across_companies(conn):
         counts = await conn.execute(
             select(JOBS.c.status, func.count())
             .where(JOBS.c.status.in_(WAITING_STATUSES))

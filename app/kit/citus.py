@@ -15,11 +15,14 @@ parents first (`MetaData.sorted_tables`: a foreign key between company tables in
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, Protocol
 
-from sqlalchemy import MetaData, Table, text
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy import Executable, MetaData, Table, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 DISTRIBUTION_COLUMN: Final = "company_id"
 VERSION_TABLE: Final = "alembic_version"
@@ -101,3 +104,64 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
         )
         outcome.distributed.append(name)
     return outcome
+
+
+# --- statements that reach every company -------------------------------------------------------
+
+_ACROSS_COMPANIES: Final = text("SET LOCAL citus.multi_task_query_log_level = 'off'")
+_BACK_TO_ONE_COMPANY: Final = text("SET LOCAL citus.multi_task_query_log_level TO DEFAULT")
+
+
+class _Executes(Protocol):
+    async def execute(self, statement: Executable, /) -> Any: ...
+
+
+@asynccontextmanager
+async def across_companies(conn: _Executes) -> AsyncIterator[None]:
+    """Around the statements of a transaction that must reach every company's shard
+    (housekeeping, gauges, an operator's edits found by the actor): on a Citus cluster whose
+    sessions turn a multi-shard statement into an error (`citus.multi_task_query_log_level =
+    'error'`, as the tests run the service), that level is lowered for them and restored after
+    them, both transaction-local (`SET LOCAL`, no session state). On plain PostgreSQL the
+    setting is a placeholder nothing reads: two cheap statements, only where this is used,
+    never on a hot path. Each caller says why its statements reach every company."""
+    await conn.execute(_ACROSS_COMPANIES)
+    yield
+    await conn.execute(_BACK_TO_ONE_COMPANY)
+
+
+_CITUS_ENGINES: Final[weakref.WeakKeyDictionary[AsyncEngine, bool]] = weakref.WeakKeyDictionary()
+
+
+async def runs_citus(engine: AsyncEngine) -> bool:
+    """Whether the engine's database has the `citus` extension: asked once per engine (the
+    first caller's round trip), then remembered; a statement with a variant for a Citus
+    coordinator picks it with this."""
+    known = _CITUS_ENGINES.get(engine)
+    if known is None:
+        async with engine.connect() as conn:
+            known = await is_citus(conn)
+        _CITUS_ENGINES[engine] = known
+        # read by the statements whose SQL differs on Citus when they are compiled (SQLAlchemy
+        # caches compiled statements per engine, so per dialect instance)
+        setattr(engine.dialect, _DIALECT_MARK, known)
+    return known
+
+
+_DIALECT_MARK: Final = "context_memory_citus"
+
+
+def compiling_for_citus(dialect: object) -> bool:
+    """In a `@compiles` function: whether the statement is compiled for an engine that
+    `runs_citus` found on a Citus coordinator."""
+    return bool(getattr(dialect, _DIALECT_MARK, False))
+
+
+def known_citus(bind: object) -> bool:
+    """What `runs_citus` found for the engine of `bind` (an engine, connection or session),
+    without asking: False when it was never asked for that engine."""
+    if isinstance(bind, AsyncSession):
+        bind = bind.bind
+    if isinstance(bind, AsyncConnection):
+        bind = bind.engine
+    return isinstance(bind, AsyncEngine) and _CITUS_ENGINES.get(bind, False)

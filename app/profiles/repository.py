@@ -483,7 +483,7 @@ HEAD_PROFILE_COLUMNS = """
 HEAD_PROFILE_JOINS = """
 LEFT JOIN memory_files mf ON mf.company_id = :company_id AND mf.user_id = :user_id
 LEFT JOIN memory_versions v
-    ON v.company_id = mf.company_id AND v.user_id = mf.user_id AND v.version = mf.head_version"""
+    ON v.company_id = :company_id AND v.user_id = mf.user_id AND v.version = mf.head_version"""
 
 HEAD_PROFILE_FOLDER_ID = "mf.folder_id"
 

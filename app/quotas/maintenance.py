@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.jobs.worker import Maintenance
+from app.kit.citus import across_companies
 from app.quotas import repository
 from app.quotas.rule import Quota
 
@@ -56,7 +57,8 @@ def quota_check_step(
             return 0
         users: list[repository.UserUsage] = []
         companies: list[repository.CompanyUsage] = []
-        async with engine.connect() as conn:
+        # counts every company's history and storage, grouped by company
+        async with engine.connect() as conn, across_companies(conn):
             if user_history_messages > 0:
                 users = await repository.users_over_history(conn, user_history_messages)
             if company_storage_bytes > 0:

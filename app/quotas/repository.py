@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.conversations.repository import user_history_lock_key
+from app.kit.citus import across_companies
 from app.quotas.rule import Quota, StoredUsage
 
 # --- the marks as columns of turn-save's one settings statement (binds :company_id, :user_id) ---
@@ -140,7 +141,8 @@ async def mark_users(
         "company_ids": [usage.company_id for usage in over],
         "user_ids": [usage.user_id for usage in over],
     }
-    async with engine.begin() as conn:
+    # replaces the set of marks of every company
+    async with engine.begin() as conn, across_companies(conn):
         written = int((await conn.execute(_UNMARK_USERS, params)).rowcount)
     for usage in over:
         async with engine.begin() as conn:
@@ -181,7 +183,8 @@ async def mark_companies(
         "company_ids": [usage.company_id for usage in over],
         "used": [usage.used for usage in over],
     }
-    async with engine.begin() as conn:
+    # replaces the set of marks of every company, one row each
+    async with engine.begin() as conn, across_companies(conn):
         written = int((await conn.execute(_UNMARK_COMPANIES, params)).rowcount)
         if over:
             written += int((await conn.execute(_MARK_COMPANIES, params)).rowcount)

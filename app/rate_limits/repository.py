@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.enablement.audit import Actor
+from app.kit.citus import across_companies
 from app.rate_limits.limiter import Overrides
 from app.rate_limits.models import CompanyRateLimits
 from app.rate_limits.policy import Limit, RouteClass, Scope
@@ -60,7 +61,9 @@ def overrides_of(stored: Mapping[str, object]) -> Overrides:
 
 async def select_all_overrides(conn: AsyncConnection) -> dict[str, Overrides]:
     """Every company's overrides (a small table: only companies an operator changed)."""
-    rows = await conn.execute(select(CompanyRateLimits.company_id, CompanyRateLimits.limits))
+    # each process holds every company's overrides, reloaded every RATE_LIMIT_REFRESH_SECONDS
+    async with across_companies(conn):
+        rows = await conn.execute(select(CompanyRateLimits.company_id, CompanyRateLimits.limits))
     return {row.company_id: overrides_of(row.limits) for row in rows}
 
 
@@ -93,14 +96,16 @@ async def upsert_overrides(
         limits=overrides_json(overrides),
         updated_by_company_id=editor.company_id,
         updated_by=editor.user_id,
+        updated_at=func.now(),
     )
+    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
     statement = values.on_conflict_do_update(
         index_elements=[CompanyRateLimits.company_id],
         set_={
             "limits": values.excluded.limits,
             "updated_by_company_id": values.excluded.updated_by_company_id,
             "updated_by": values.excluded.updated_by,
-            "updated_at": func.now(),
+            "updated_at": values.excluded.updated_at,
         },
     ).returning(CompanyRateLimits.updated_at)
     updated_at = (await session.execute(statement)).scalar_one()

@@ -112,8 +112,10 @@ def common_turns_save(
     WHERE {per_turn(gate_where)}
 ), turn_locks AS MATERIALIZED (
     SELECT g.ord,
-           pg_advisory_xact_lock_shared(hashtextextended(i.user_lock_key, 0)) AS user_held,
-           pg_advisory_xact_lock(hashtextextended(i.chat_lock_key, 0)) AS chat_held
+           pg_advisory_xact_lock_shared(hashtextextended(i.user_lock_key, 0)) IS NOT NULL
+               AS user_held,
+           pg_advisory_xact_lock(hashtextextended(i.chat_lock_key, 0)) IS NOT NULL
+               AS chat_held
     FROM gate g JOIN input i ON i.ord = g.ord
     ORDER BY i.user_lock_key, i.chat_lock_key, g.ord
 ), locked AS MATERIALIZED (

@@ -63,6 +63,7 @@ from app.jobs.enqueue import (
     waiting_params,
 )
 from app.kit.auth import Principal
+from app.kit.citus import across_companies
 from app.kit.db import positional
 from app.kit.errors import RetryableConflict
 from app.profiles.repository import (
@@ -557,7 +558,9 @@ async def prune_idempotency_keys(executor: AsyncSession | AsyncConnection | Asyn
     if isinstance(executor, AsyncEngine):
         async with executor.begin() as conn:
             return await prune_idempotency_keys(conn)
-    result = await executor.execute(_PRUNE)
+    # housekeeping by expiry, every company at once
+    async with across_companies(executor):
+        result = await executor.execute(_PRUNE)
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -239,13 +239,15 @@ async def upsert_budget(session: AsyncSession, company_id: str, budget: Budget) 
         company_id=company_id,
         monthly_tokens=budget.monthly_tokens,
         when_spent=budget.when_spent,
+        updated_at=func.now(),
     )
+    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
     statement = values.on_conflict_do_update(
         index_elements=[BUDGETS.c.company_id],
         set_={
             "monthly_tokens": values.excluded.monthly_tokens,
             "when_spent": values.excluded.when_spent,
-            "updated_at": func.now(),
+            "updated_at": values.excluded.updated_at,
         },
     ).returning(BUDGETS.c.updated_at)
     updated_at = (await session.execute(statement)).scalar_one()

@@ -1,0 +1,135 @@
+"""The service on the Citus cluster, through its real routes: each statement it sends must be
+router-planned to one company's shard (the service's role turns a multi-shard statement into an
+error, tests/citus/conftest.py), except the cross-company statements that lower that level
+themselves, with their reason."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.kit.llm import OpenAIChatModel
+from app.profiles.profile import Section
+from tests.helpers.apps import COMPANY, USER, AuthFactory
+from tests.helpers.db import admin_fetchval
+from tests.helpers.llm_stub import StubLLMServer, reply
+from tests.helpers.memory import ME, head_content, put_memory
+from tests.helpers.portability import export_of
+from tests.helpers.profiles import memory_md
+from tests.helpers.settings import enable_company, patch_user_settings, set_memory_policy
+from tests.helpers.turns import context, new_chat, queue_turn, save_turn, stored, turn_body, user
+from tests.helpers.worker import add_bullet_answer, make_handler, make_worker
+
+GATED_TEXT = "These days the data platform at Acme is where I spend my time."
+"""Read by no rule of the offline engine: the model is asked."""
+
+pytestmark = pytest.mark.slow
+
+
+async def test_a_saved_turn_is_loaded_back_as_context(
+    client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+) -> None:
+    await enable_company(client, auth)
+    chat = new_chat()
+    saved = await save_turn(client, auth, chat, [user("I live in Lisbon.")], "Noted.")
+    assert saved.status_code == 202, saved.text
+    loaded = await context(client, auth, chat, [user("Where do I live?")])
+    assert [m["content"] for m in loaded["messages"]][:2] == ["I live in Lisbon.", "Noted."]
+    assert [m["content"] for m in await stored(client, auth, chat)] == [
+        "I live in Lisbon.",
+        "Noted.",
+    ]
+    count = "SELECT count(*) FROM turns WHERE company_id = $1"
+    assert await admin_fetchval(admin_url, count, COMPANY) == 1
+
+
+async def test_concurrent_turn_saves_are_each_stored_once(
+    client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+) -> None:
+    """Saved at once by several users in several chats: written in batches (the group commit
+    of app/turns/batching.py) and alone, every turn stored once, its messages in order."""
+    await enable_company(client, auth)
+    chats = [new_chat() for _ in range(4)]
+
+    async def one(n: int) -> httpx.Response:
+        return await save_turn(
+            client, auth, chats[n % 4], [user(f"fact {n}")], f"ok {n}", sub=f"user-{n % 3}"
+        )
+
+    answers = await asyncio.gather(*(one(n) for n in range(24)))
+    assert {a.status_code for a in answers} <= {201, 202}
+    count = "SELECT count(*) FROM chat_messages WHERE company_id = $1"
+    assert await admin_fetchval(admin_url, count, COMPANY) == 48
+    turns = "SELECT count(DISTINCT id) FROM turns WHERE company_id = $1"
+    assert await admin_fetchval(admin_url, turns, COMPANY) == 24
+
+
+async def test_a_keyed_turn_save_is_replayed_not_written_twice(
+    client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+) -> None:
+    await enable_company(client, auth)
+    chat = new_chat()
+    body = turn_body([user("I work at Initech.")], "Noted.")
+    headers = auth() | {"Idempotency-Key": "key-1"}
+    first = await client.post(f"/v1/chats/{chat}/turns", json=body, headers=headers)
+    again = await client.post(f"/v1/chats/{chat}/turns", json=body, headers=headers)
+    assert first.status_code == 202, first.text
+    assert (again.status_code, again.content) == (first.status_code, first.content)
+    count = "SELECT count(*) FROM turns WHERE company_id = $1"
+    assert await admin_fetchval(admin_url, count, COMPANY) == 1
+
+
+async def test_memory_edits_settings_and_policy_round_trip(
+    client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    await enable_company(client, auth)
+    saved = await set_memory_policy(client, auth, recent_topics_days=30)
+    assert saved["recent_topics_days"] == 30
+    again = await set_memory_policy(client, auth, recent_topics_days=45)
+    assert again["recent_topics_days"] == 45
+    version = await put_memory(client, auth, memory_md({Section.IDENTITY: ["Lives in Lisbon."]}))
+    version = await put_memory(
+        client, auth, memory_md({Section.IDENTITY: ["Lives in Porto."]}), version=version
+    )
+    read = await client.get(ME, headers=auth())
+    assert read.status_code == 200, read.text
+    assert "Porto" in read.text
+    history = await client.get(f"{ME}/versions", headers=auth())
+    assert history.status_code == 200, history.text
+    await patch_user_settings(client, auth, {"context_memory": False}, expect=200)
+
+
+async def test_the_worker_consolidates_a_turn_with_the_model(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    llm_stub: StubLLMServer,
+    chat_model: OpenAIChatModel,
+) -> None:
+    await enable_company(client, auth)
+    llm_stub.script(reply("UPDATE"), reply(add_bullet_answer("Identity", "Works at Acme.")))
+    job = await queue_turn(client, auth, GATED_TEXT)
+    handler, metrics, _ = make_handler(app, chat_model)
+    claimed = await make_worker(app, handler, metrics).run_once()
+    assert claimed is not None
+    assert claimed.jobs[0].id == job
+    content = await head_content(app)
+    assert content is not None
+    assert "Works at Acme." in content
+
+
+async def test_erasure_and_export_of_a_company(
+    client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+) -> None:
+    await enable_company(client, auth)
+    await save_turn(client, auth, new_chat(), [user("I live in Lisbon.")], "Noted.")
+    await put_memory(client, auth, memory_md({Section.IDENTITY: ["Lives in Lisbon."]}))
+    exported = await export_of(client, auth, COMPANY)
+    assert b"Lives in Lisbon." in exported
+    erased = await client.delete("/v1/me", headers=auth())
+    assert erased.status_code == 200, erased.text
+    count = "SELECT count(*) FROM chat_messages WHERE company_id = $1 AND user_id = $2"
+    assert await admin_fetchval(admin_url, count, COMPANY, USER) == 0
