@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,6 +38,7 @@ from app.main import create_app
 from app.models import metadata
 from tests.helpers import db
 from tests.helpers.apps import AuthFactory, TokenFactory, client_of, make_settings
+from tests.helpers.citus import cluster_database
 from tests.helpers.db import admin_execute
 from tests.helpers.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_model` fixtures
     chat_model_fixture,
@@ -99,8 +102,17 @@ def server_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 async def database_url(server_url: str) -> AsyncIterator[str]:
-    """A fresh database for this test run (for this worker of it), migrated to head by Alembic."""
+    """A fresh database for this test run (for this worker of it), migrated to head by Alembic.
+    With TEST_CITUS=1, on a Citus cluster of the run's own instead, distributed, as the
+    service's role that turns multi-shard statements into errors (tests/helpers/citus.py): how
+    a suite is tried on the cluster (`TEST_CITUS=1 pytest tests/turns`)."""
     name = _database_name()
+    if os.environ.get("TEST_CITUS") == "1":
+        (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="citus-") as tmp:
+            async with cluster_database(Path(tmp), name) as on_cluster:
+                yield on_cluster.url
+        return
     await admin_execute(server_url, f'CREATE DATABASE "{name}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     await asyncio.to_thread(run_migrations, url)

@@ -15,7 +15,6 @@ across companies.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,15 +22,11 @@ from pathlib import Path
 import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
-from sqlalchemy import make_url
 
-from app.kit.citus import distribute
 from app.kit.config import PROJECT_ROOT, Settings
-from app.kit.db import run_migrations
 from app.main import create_app
-from app.models import metadata
 from tests.helpers.apps import make_settings
-from tests.helpers.citus import SERVICE_ROLE, CitusCluster, citus_cluster
+from tests.helpers.citus import CitusCluster, ClusterDatabase, cluster_database
 
 DATABASE = "cms_citus"
 
@@ -44,28 +39,26 @@ def cluster_dir() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-async def cluster(cluster_dir: Path) -> AsyncIterator[CitusCluster]:
-    async with citus_cluster(cluster_dir) as running:
+async def cluster_db(cluster_dir: Path) -> AsyncIterator[ClusterDatabase]:
+    async with cluster_database(cluster_dir, DATABASE) as running:
         yield running
 
 
 @pytest.fixture(scope="session")
-async def admin_url(cluster: CitusCluster) -> AsyncIterator[str]:
-    """The test database on the coordinator, as `postgres`: migrated and distributed."""
-    await cluster.create_database(DATABASE)
-    url = cluster.url(DATABASE)
-    await asyncio.to_thread(run_migrations, url)
-    await distribute(url, metadata)
-    try:
-        yield url
-    finally:
-        await cluster.drop_database(DATABASE)
+def cluster(cluster_db: ClusterDatabase) -> CitusCluster:
+    return cluster_db.cluster
 
 
 @pytest.fixture(scope="session")
-def database_url(admin_url: str) -> str:
+def admin_url(cluster_db: ClusterDatabase) -> str:
+    """The test database on the coordinator, as `postgres`: migrated and distributed."""
+    return cluster_db.admin_url
+
+
+@pytest.fixture(scope="session")
+def database_url(cluster_db: ClusterDatabase) -> str:
     """The service's URL: the same database as the service's role."""
-    return make_url(admin_url).set(username=SERVICE_ROLE).render_as_string(hide_password=False)
+    return cluster_db.url
 
 
 @pytest.fixture(scope="session")

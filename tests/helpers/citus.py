@@ -184,3 +184,32 @@ async def citus_cluster(workdir: Path) -> AsyncIterator[CitusCluster]:
             if node.running():
                 with suppress(BaseException):
                     await asyncio.to_thread(node.pg_ctl, "-m", "fast", "-w", "stop")
+
+
+@dataclass(frozen=True)
+class ClusterDatabase:
+    """A database on the cluster, migrated and distributed: `admin_url` as `postgres` (the
+    tests' own statements, which may read across companies), `url` as the service's role."""
+
+    cluster: CitusCluster
+    admin_url: str
+    url: str
+
+
+@asynccontextmanager
+async def cluster_database(workdir: Path, name: str) -> AsyncIterator[ClusterDatabase]:
+    """A cluster in `workdir` with the database `name` on it, migrated by Alembic and
+    distributed as `python -m app migrate` does; all gone on leaving."""
+    from app.kit.citus import distribute  # noqa: PLC0415 - the app only once the cluster runs
+    from app.kit.db import run_migrations  # noqa: PLC0415
+    from app.models import metadata  # noqa: PLC0415
+
+    async with citus_cluster(workdir) as cluster:
+        await cluster.create_database(name)
+        admin_url = cluster.url(name)
+        try:
+            await asyncio.to_thread(run_migrations, admin_url)
+            await distribute(admin_url, metadata)
+            yield ClusterDatabase(cluster, admin_url, cluster.url(name, SERVICE_ROLE))
+        finally:
+            await cluster.drop_database(name)
