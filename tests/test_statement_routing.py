@@ -1,5 +1,14 @@
-"""Every SQL statement the service sends can be routed by `company_id`: the proof behind
-docs/scaling.md's "distribute by company".
+"""Every SQL statement the service sends filters each company table by `company_id`: a parsed
+check of the whole run, beside the real proof.
+
+The proof that the service runs on a distributed cluster is `tests/citus/`: the service on a
+real Citus cluster whose sessions turn every multi-shard statement into an error. This module
+checks a model of Citus's rules, not Citus: it accepted statements Citus refused (an outer join
+pinned through another table's `company_id`, INSERTs inside CTEs, `now()` in `DO UPDATE SET`,
+a recursive walk over a distributed table), so passing here says nothing about what Citus
+plans. It is kept for what the cluster tests do not see: it reads every statement of every
+suite of the run, so a statement in a part of the service no cluster test drives that filters
+a company table by nothing at all still fails here.
 
 `tests/helpers/statement_log.py` records the service's distinct statements during the whole
 run; this module runs last (the plugin orders it so) and parses each one with PostgreSQL's own

@@ -11,6 +11,10 @@ a run that distributes that one only.
 Order: reference tables first (a company table may reference one), then the company tables
 parents first (`MetaData.sorted_tables`: a foreign key between company tables includes
 `company_id`, so both ends are co-located), each co-located with the first.
+
+At run time: `runs_citus` tells (once per engine) whether a statement's Citus variant is needed,
+and `across_companies` surrounds the few statements that must reach every company's shard
+(docs/scaling.md lists them).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Final
 
-from sqlalchemy import Executable, MetaData, Table, text
+from sqlalchemy import MetaData, Table, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 DISTRIBUTION_COLUMN: Final = "company_id"
@@ -112,22 +116,30 @@ _ACROSS_COMPANIES: Final = text("SET LOCAL citus.multi_task_query_log_level = 'o
 _BACK_TO_ONE_COMPANY: Final = text("SET LOCAL citus.multi_task_query_log_level TO DEFAULT")
 
 
-class _Executes(Protocol):
-    async def execute(self, statement: Executable, /) -> Any: ...
-
-
 @asynccontextmanager
-async def across_companies(conn: _Executes) -> AsyncIterator[None]:
+async def across_companies(conn: AsyncSession | AsyncConnection) -> AsyncIterator[None]:
     """Around the statements of a transaction that must reach every company's shard
     (housekeeping, gauges, an operator's edits found by the actor): on a Citus cluster whose
     sessions turn a multi-shard statement into an error (`citus.multi_task_query_log_level =
     'error'`, as the tests run the service), that level is lowered for them and restored after
-    them, both transaction-local (`SET LOCAL`, no session state). On plain PostgreSQL the
-    setting is a placeholder nothing reads: two cheap statements, only where this is used,
-    never on a hot path. Each caller says why its statements reach every company."""
-    await conn.execute(_ACROSS_COMPANIES)
+    them, both transaction-local (`SET LOCAL`). On plain PostgreSQL nothing is sent (after the
+    engine's one question, `runs_citus`). Each caller says why its statements reach every
+    company."""
+    engine = _engine_of(conn)
+    on_citus = engine is not None and await runs_citus(engine)
+    if on_citus:
+        await conn.execute(_ACROSS_COMPANIES)
     yield
-    await conn.execute(_BACK_TO_ONE_COMPANY)
+    if on_citus:
+        await conn.execute(_BACK_TO_ONE_COMPANY)
+
+
+def _engine_of(bind: object) -> AsyncEngine | None:
+    if isinstance(bind, AsyncSession):
+        bind = bind.bind
+    if isinstance(bind, AsyncConnection):
+        bind = bind.engine
+    return bind if isinstance(bind, AsyncEngine) else None
 
 
 _CITUS_ENGINES: Final[weakref.WeakKeyDictionary[AsyncEngine, bool]] = weakref.WeakKeyDictionary()
@@ -160,8 +172,5 @@ def compiling_for_citus(dialect: object) -> bool:
 def known_citus(bind: object) -> bool:
     """What `runs_citus` found for the engine of `bind` (an engine, connection or session),
     without asking: False when it was never asked for that engine."""
-    if isinstance(bind, AsyncSession):
-        bind = bind.bind
-    if isinstance(bind, AsyncConnection):
-        bind = bind.engine
-    return isinstance(bind, AsyncEngine) and _CITUS_ENGINES.get(bind, False)
+    engine = _engine_of(bind)
+    return engine is not None and _CITUS_ENGINES.get(engine, False)

@@ -169,10 +169,14 @@ SELECT {ENABLEMENT_COLUMNS},
 FROM (SELECT 1) AS one
 {ENABLEMENT_JOINS}
 LEFT JOIN idempotency_keys k
-    ON k.company_id = :company_id AND k.user_id = :user_id AND k.key = :idempotency_key
-   AND k.expires_at > now()
+    ON k.company_id = :company_id AND k.user_id = :user_id
+   AND k.key = coalesce(:idempotency_key, '') AND k.expires_at > now()
 {WAITING_JOBS_JOINS if with_waiting else ""}
 """)  # noqa: S608
+
+
+# No key: '' (never a key) rather than NULL, which Citus folds into a false join condition
+# together with the `company_id` equality, and then reads every shard.
 
 
 _TURN_SETTINGS = _turn_settings(with_waiting=False)
