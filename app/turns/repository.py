@@ -159,7 +159,9 @@ class TurnSettingsRow:
 
 
 def _turn_settings(with_waiting: bool) -> tuple[str, tuple[str, ...]]:
-    # constant fragments of their owners, never user input
+    # constant fragments of their owners, never user input. No key: '' (never a key) rather
+    # than NULL, which Citus folds into a false join condition together with the `company_id`
+    # equality, and then reads every shard.
     return positional(f"""
 SELECT {ENABLEMENT_COLUMNS},
     EXISTS (SELECT 1 FROM folders fo
@@ -173,10 +175,6 @@ LEFT JOIN idempotency_keys k
    AND k.key = coalesce(:idempotency_key, '') AND k.expires_at > now()
 {WAITING_JOBS_JOINS if with_waiting else ""}
 """)  # noqa: S608
-
-
-# No key: '' (never a key) rather than NULL, which Citus folds into a false join condition
-# together with the `company_id` equality, and then reads every shard.
 
 
 _TURN_SETTINGS = _turn_settings(with_waiting=False)
