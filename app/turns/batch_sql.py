@@ -21,6 +21,9 @@ What differs from N statements, and why it is safe:
   cycle; a lone statement takes one pair and cannot close a cycle either. They are held until the
   batch commits, so an erasure of any of its users waits for the whole batch, as it waits for a
   lone turn-save.
+- **The folders.** Each queued turn's folder is key-share-locked after the locks above, in an
+  `EXISTS` of its own (not `FOR KEY SHARE OF` a join with the batch's rows: Citus would then
+  mark the whole joined rows, which it cannot pass between its steps).
 - **Message order.** The messages of a batch are inserted in (turn, position) order: turns of one
   chat in one batch get their ids in the order they were handed in, each turn's contiguous.
 """
@@ -122,9 +125,10 @@ def common_turns_save(
     SELECT count(*) AS turns FROM turn_locks
 ), held AS MATERIALIZED (
     SELECT g.ord FROM gate g JOIN input i ON i.ord = g.ord
-    JOIN folders fo ON fo.company_id = :company_id AND fo.path = i.folder_path
     WHERE g.queue AND (SELECT turns FROM locked) > 0
-    FOR KEY SHARE OF fo
+      AND EXISTS (SELECT FROM folders fo
+                   WHERE fo.company_id = :company_id AND fo.path = i.folder_path
+                     FOR KEY SHARE)
 ), planned AS MATERIALIZED (
     SELECT g.ord FROM gate g WHERE NOT g.queue AND (SELECT turns FROM locked) > 0
     UNION ALL SELECT ord FROM held

@@ -6,15 +6,22 @@ themselves, with their reason."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.consolidation.kinds import CONSOLIDATION, consolidation_payload
+from app.conversations.modes import Role
+from app.conversations.repository import NewMessage, NewTurn
+from app.jobs.enqueue import NewJob
 from app.kit.llm import OpenAIChatModel
 from app.profiles.profile import Section
-from tests.helpers.apps import COMPANY, USER, AuthFactory
-from tests.helpers.db import admin_fetchval
+from app.quotas.rule import QuotaLimits
+from app.turns import repository
+from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory
+from tests.helpers.db import admin_fetchval, database_of
 from tests.helpers.llm_stub import StubLLMServer, reply
 from tests.helpers.memory import ME, head_content, put_memory
 from tests.helpers.portability import export_of
@@ -50,9 +57,7 @@ async def test_concurrent_turn_saves_are_each_stored_once(
     client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
 ) -> None:
     """Saved at once by several users in several chats, through the group commit of
-    app/turns/batching.py: every turn stored once with its two messages. (On the cluster the
-    batch statement itself still fails inside Citus, see docs/scaling.md; the batcher then
-    writes each turn of the failed batch on its own, which is what this proves there.)"""
+    app/turns/batching.py: every turn stored once with its two messages."""
     await enable_company(client, auth)
     chats = [new_chat() for _ in range(4)]
 
@@ -67,6 +72,34 @@ async def test_concurrent_turn_saves_are_each_stored_once(
     assert await admin_fetchval(admin_url, count, COMPANY) == 48
     turns = "SELECT count(DISTINCT id) FROM turns WHERE company_id = $1"
     assert await admin_fetchval(admin_url, turns, COMPANY) == 24
+
+
+def _common_turn(user_id: str, chat_id: str) -> repository.CommonTurn:
+    turn = NewTurn(uuid.uuid4(), COMPANY, user_id, chat_id, SPACE, "auto", None)
+    messages = [
+        NewMessage(Role.USER, f"{user_id} says hi in {chat_id}", "request"),
+        NewMessage(Role.ASSISTANT, f"hello {user_id}", "response"),
+    ]
+    job = NewJob(CONSOLIDATION, consolidation_payload(str(turn.id), SPACE, None), 3)
+    return repository.CommonTurn(turn, messages, job, None, False)
+
+
+async def test_the_batch_statement_writes_each_turn_on_the_cluster(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+) -> None:
+    """The group commit's one statement for several turns (`save_common_turns`), as the
+    batcher sends it: not a fallback to one statement per turn."""
+    await enable_company(client, auth)
+    await save_turn(client, auth, new_chat(), [user("Hello.")], "Hi.")  # the user's folder
+    turns = [_common_turn(USER, new_chat()) for _ in range(3)]
+    async with database_of(app).driver.connection() as conn:
+        done = await repository.save_common_turns(conn, turns, limits=QuotaLimits())
+    assert [(d.written, d.queued) for d in done] == [(True, True)] * 3
+    ids = [t.turn.id for t in turns]
+    stored = "SELECT count(*) FROM chat_messages WHERE company_id = $1 AND turn_id = ANY($2)"
+    assert await admin_fetchval(admin_url, stored, COMPANY, ids) == 6
+    jobs = "SELECT count(*) FROM jobs WHERE company_id = $1 AND payload->>'turn_id' = ANY($2)"
+    assert await admin_fetchval(admin_url, jobs, COMPANY, [str(i) for i in ids]) == 3
 
 
 async def test_a_keyed_turn_save_is_replayed_not_written_twice(
