@@ -30,9 +30,8 @@ from typing import Final
 import asyncpg
 
 from app.jobs.driver import Statement
+from app.kit.citus import ACROSS_COMPANIES_SQL, BACK_TO_ONE_COMPANY_SQL
 
-ACROSS_COMPANIES: Final = "SET LOCAL citus.multi_task_query_log_level = 'off'"
-BACK_TO_ONE_COMPANY: Final = "SET LOCAL citus.multi_task_query_log_level TO DEFAULT"
 COMPANIES_PER_LOOK: Final = 8
 
 _PENDING = "status IN ('queued', 'retrying', 'running')"
@@ -139,14 +138,14 @@ async def pick_companies(
     conn: asyncpg.Connection, clock: datetime, passed_companies: list[str]
 ) -> list[str]:
     """`PICK_COMPANIES`, the claim's one statement over every company's shard."""
-    await conn.execute(ACROSS_COMPANIES)
+    await conn.execute(ACROSS_COMPANIES_SQL)
     rows = await conn.fetch(
         PICK_COMPANIES.sql,
         *PICK_COMPANIES.args(
             clock=clock, passed_companies=passed_companies, companies=COMPANIES_PER_LOOK
         ),
     )
-    await conn.execute(BACK_TO_ONE_COMPANY)
+    await conn.execute(BACK_TO_ONE_COMPANY_SQL)
     return [row["company_id"] for row in rows]
 
 

@@ -112,8 +112,10 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
 
 # --- statements that reach every company -------------------------------------------------------
 
-_ACROSS_COMPANIES: Final = text("SET LOCAL citus.multi_task_query_log_level = 'off'")
-_BACK_TO_ONE_COMPANY: Final = text("SET LOCAL citus.multi_task_query_log_level TO DEFAULT")
+ACROSS_COMPANIES_SQL: Final = "SET LOCAL citus.multi_task_query_log_level = 'off'"
+BACK_TO_ONE_COMPANY_SQL: Final = "SET LOCAL citus.multi_task_query_log_level TO DEFAULT"
+_ACROSS_COMPANIES: Final = text(ACROSS_COMPANIES_SQL)
+_BACK_TO_ONE_COMPANY: Final = text(BACK_TO_ONE_COMPANY_SQL)
 
 
 @asynccontextmanager

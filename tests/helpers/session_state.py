@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 from pglast import ast, parse_sql
 
+from app.kit.citus import ACROSS_COMPANIES_SQL, BACK_TO_ONE_COMPANY_SQL
+
 # statements that set, use or drop session state, by what they touch
 _STATEMENTS: dict[type[ast.Node], str] = {
     ast.VariableSetStmt: "a setting (SET/RESET)",
@@ -49,6 +51,13 @@ RESTORED_BY_THE_DRIVER = frozenset(
 """asyncpg's own statements (whitespace normalised) that change a setting and set it back: its
 type introspection turns JIT off for its catalog query, then restores the value it read
 (`Connection._introspect_types`, on the first use of a type it does not know)."""
+
+
+TRANSACTION_LOCAL_ON_CITUS = frozenset({ACROSS_COMPANIES_SQL, BACK_TO_ONE_COMPANY_SQL})
+"""The service's own, sent only on a Citus coordinator: `across_companies` (app/kit/citus.py) and
+the cluster claim lower `citus.multi_task_query_log_level` for the statements that reach every
+company, inside their transaction, and set it back after them; a `SET LOCAL` ends with the
+transaction in any case, so no connection is handed back changed."""
 
 
 def session_state(sql: str) -> list[str]:
