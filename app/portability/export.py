@@ -93,7 +93,7 @@ async def open_snapshot(database: Database, company_id: str) -> CompanySnapshot:
     """Begin the export's snapshot of `company_id` on a connection of its own."""
     connection = await begin_snapshot(database)
     try:
-        exported_at = await repository.snapshot_time(connection)
+        exported_at = await repository.snapshot_time(connection, company_id)
     except BaseException:
         await end_snapshot(connection)
         raise

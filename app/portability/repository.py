@@ -15,7 +15,7 @@ from sqlalchemy import Select, Table, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.conversations.models import IdempotencyKey
-from app.enablement.models import AuditEvent
+from app.enablement.models import AuditEvent, CompanyFeatureFlag
 from app.jobs.models import Job
 from app.portability.kinds import KINDS, RecordKind, table_of
 from app.profiles.models import MemoryFile, MemoryVersion
@@ -42,9 +42,13 @@ def company_rows(kind: RecordKind, company_id: str) -> Select[Any]:
     )
 
 
-async def snapshot_time(conn: AsyncConnection) -> datetime:
-    """The start of the current transaction: the instant its snapshot shows."""
-    moment: datetime = (await conn.execute(select(func.now()))).scalar_one()
+async def snapshot_time(conn: AsyncConnection, company_id: str) -> datetime:
+    """The start of the current transaction: the instant its snapshot shows. It reads one of
+    the company's tables too: on a Citus cluster the snapshot on the node holding the company
+    starts at the first statement that reaches it, and this must be that statement (on one
+    PostgreSQL it is one index probe more)."""
+    statement = select(func.now(), func.count()).where(CompanyFeatureFlag.company_id == company_id)
+    moment: datetime = (await conn.execute(statement)).one()[0]
     return moment
 
 

@@ -15,8 +15,10 @@ from fastapi import FastAPI
 from app.consolidation.kinds import CONSOLIDATION, consolidation_payload
 from app.conversations.modes import Role
 from app.conversations.repository import NewMessage, NewTurn
+from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.jobs.enqueue import NewJob
 from app.kit.llm import OpenAIChatModel
+from app.portability.export import open_snapshot
 from app.profiles.profile import Section
 from app.quotas.rule import QuotaLimits
 from app.turns import repository
@@ -24,9 +26,14 @@ from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory
 from tests.helpers.db import admin_fetchval, database_of
 from tests.helpers.llm_stub import StubLLMServer, reply
 from tests.helpers.memory import ME, head_content, put_memory
-from tests.helpers.portability import export_of
+from tests.helpers.portability import export_of, records
 from tests.helpers.profiles import memory_md
-from tests.helpers.settings import enable_company, patch_user_settings, set_memory_policy
+from tests.helpers.settings import (
+    enable_company,
+    patch_user_settings,
+    set_flag,
+    set_memory_policy,
+)
 from tests.helpers.turns import context, new_chat, queue_turn, save_turn, stored, turn_body, user
 from tests.helpers.worker import add_bullet_answer, make_handler, make_worker
 
@@ -168,3 +175,23 @@ async def test_erasure_and_export_of_a_company(
     assert erased.status_code == 200, erased.text
     count = "SELECT count(*) FROM chat_messages WHERE company_id = $1 AND user_id = $2"
     assert await admin_fetchval(admin_url, count, COMPANY, USER) == 0
+
+
+async def test_a_company_export_is_one_snapshot_on_the_cluster(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    """The export's snapshot starts on the company's node with its first statement: what is
+    written after it opened (a turn, a flag, the export's own audit event) is not in it."""
+    await enable_company(client, auth)
+    await save_turn(client, auth, new_chat(), [user("before the export")], "ok")
+    snapshot = await open_snapshot(database_of(app), COMPANY)
+    try:
+        await save_turn(client, auth, new_chat(), [user("during the export")], "ok")
+        await set_flag(client, auth, FLAG_CONTEXT_MEMORY, False, COMPANY)
+        stream = b"".join([chunk async for chunk in snapshot.lines()])
+    finally:
+        await snapshot.close()
+    assert b"before the export" in stream
+    assert b"during the export" not in stream
+    flags = [r for r in records(stream) if r["type"] == "feature_flag"]
+    assert [flag["enabled"] for flag in flags] == [True]
