@@ -8,6 +8,7 @@ import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 from starlette.responses import Response
@@ -24,6 +25,7 @@ from app.jobs import router as jobs_router
 from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
+from app.kit.citus import runs_citus
 from app.kit.config import Settings, get_settings, to_asyncpg_url, warn_unknown_settings
 from app.kit.contract import install_contract
 from app.kit.db import Database, create_database, head_revision, run_migrations
@@ -87,6 +89,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_batch=settings.turn_batch_max,
         in_flight=min(settings.turn_batch_in_flight, settings.db_hot_pool_size),
         observe=app.state.metrics.turn_save_batch_turns.observe,
+        citus=partial(runs_citus, database.engine),
     )
     # the one tiktoken wrapper: loads the offline encoding now, not at the first request
     app.state.tokens = TokenCounters()

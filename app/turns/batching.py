@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
@@ -56,7 +56,7 @@ class TurnBatcher:
     """Writes the common turn-saves handed to `save`, several to a statement while the database
     is busy; `connect` opens a driver connection (`DriverPool.connection`)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the connection and limits, then keyword options
         self,
         connect: Connect,
         limits: QuotaLimits,
@@ -64,12 +64,16 @@ class TurnBatcher:
         max_batch: int,
         in_flight: int,
         observe: Callable[[int], None] | None = None,
+        citus: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         if max_batch < 1 or in_flight < 1:
             raise ValueError("a batch holds at least one turn, and one may be in flight")
         self.observe = observe
         """Called with the number of turns of each statement as it starts (a metric)."""
         self._connect = connect
+        self._citus = citus
+        """Whether the database is a Citus coordinator (asked at the first batch, then known):
+        the batch statement has a form for it."""
         self._limits = limits
         self._max_batch = max_batch
         self._max_in_flight = in_flight
@@ -121,7 +125,8 @@ class TurnBatcher:
                 if len(turns) == 1:
                     results = [await save_common_turn(conn, turns[0], limits=self._limits)]
                 else:
-                    results = await save_common_turns(conn, turns, limits=self._limits)
+                    citus = self._citus is not None and await self._citus()
+                    results = await save_common_turns(conn, turns, limits=self._limits, citus=citus)
             for waiting, result in zip(batch, results, strict=True):
                 _settle(waiting.done, result)
         except Exception as error:  # each request meets its own error alone

@@ -481,15 +481,28 @@ _COMMON_TURNS_SAVE = common_turns_save(
     GATE_WHERE,
     payload_merge="jsonb_build_object('model', g.model)",
 )
+_COMMON_TURNS_SAVE_ON_CITUS = common_turns_save(
+    SETTINGS_SELECT,
+    DECIDED_COLUMNS,
+    UNDER_MARKS,
+    GATE_WHERE,
+    payload_merge="jsonb_build_object('model', g.model)",
+    folder_lock_in_exists=True,
+)
 
 
 async def save_common_turns(
-    conn: asyncpg.Connection, commons: Sequence[CommonTurn], *, limits: QuotaLimits
+    conn: asyncpg.Connection,
+    commons: Sequence[CommonTurn],
+    *,
+    limits: QuotaLimits,
+    citus: bool = False,
 ) -> list[CommonTurnSave]:
     """`save_common_turn` for each of `commons`, in ONE statement (app/turns/batch_sql.py): each
     turn read, decided and written as its own statement would, all committed together; the
-    results in the same order. The turns' jobs must share their kind and attempts."""
-    sql, names = _COMMON_TURNS_SAVE
+    results in the same order. The turns' jobs must share their kind and attempts. `citus`:
+    the database is a Citus coordinator (the statement's form for it)."""
+    sql, names = _COMMON_TURNS_SAVE_ON_CITUS if citus else _COMMON_TURNS_SAVE
     params = common_turns_params(commons, limits)
     rows = await conn.fetch(sql, *[params[name] for name in names])
     return [CommonTurnSave.of(row, limits) for row in rows]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -17,11 +18,13 @@ from app.conversations.modes import Role
 from app.conversations.repository import NewMessage, NewTurn
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.jobs.enqueue import NewJob
+from app.kit.citus import runs_citus
 from app.kit.llm import OpenAIChatModel
 from app.portability.export import open_snapshot
 from app.profiles.profile import Section
 from app.quotas.rule import QuotaLimits
-from app.turns import repository
+from app.turns import batching, repository
+from app.turns.repository import save_common_turns
 from tests.helpers.apps import COMPANY, SPACE, USER, AuthFactory
 from tests.helpers.db import admin_fetchval, database_of
 from tests.helpers.llm_stub import StubLLMServer, reply
@@ -61,10 +64,26 @@ async def test_a_saved_turn_is_loaded_back_as_context(
 
 
 async def test_concurrent_turn_saves_are_each_stored_once(
-    client: httpx.AsyncClient, auth: AuthFactory, admin_url: str
+    client: httpx.AsyncClient,
+    auth: AuthFactory,
+    admin_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Saved at once by several users in several chats, through the group commit of
-    app/turns/batching.py: every turn stored once with its two messages."""
+    app/turns/batching.py: batches form, none fails (a failed batch would be written again
+    turn by turn), and every turn is stored once with its two messages."""
+    batches: list[int | BaseException] = []
+
+    async def recorded(*args: Any, **kwargs: Any) -> list[repository.CommonTurnSave]:
+        try:
+            done = await save_common_turns(*args, **kwargs)
+        except BaseException as error:
+            batches.append(error)
+            raise
+        batches.append(len(done))
+        return done
+
+    monkeypatch.setattr(batching, "save_common_turns", recorded)
     await enable_company(client, auth)
     chats = [new_chat() for _ in range(4)]
 
@@ -75,6 +94,8 @@ async def test_concurrent_turn_saves_are_each_stored_once(
 
     answers = await asyncio.gather(*(one(n) for n in range(24)))
     assert {a.status_code for a in answers} <= {201, 202}
+    assert batches, "no batch formed"
+    assert all(isinstance(size, int) for size in batches), batches
     count = "SELECT count(*) FROM chat_messages WHERE company_id = $1"
     assert await admin_fetchval(admin_url, count, COMPANY) == 48
     turns = "SELECT count(DISTINCT id) FROM turns WHERE company_id = $1"
@@ -99,8 +120,9 @@ async def test_the_batch_statement_writes_each_turn_on_the_cluster(
     await enable_company(client, auth)
     await save_turn(client, auth, new_chat(), [user("Hello.")], "Hi.")  # the user's folder
     turns = [_common_turn(USER, new_chat()) for _ in range(3)]
+    assert await runs_citus(database_of(app).engine)
     async with database_of(app).driver.connection() as conn:
-        done = await repository.save_common_turns(conn, turns, limits=QuotaLimits())
+        done = await repository.save_common_turns(conn, turns, limits=QuotaLimits(), citus=True)
     assert [(d.written, d.queued) for d in done] == [(True, True)] * 3
     ids = [t.turn.id for t in turns]
     stored = "SELECT count(*) FROM chat_messages WHERE company_id = $1 AND turn_id = ANY($2)"
