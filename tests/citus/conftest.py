@@ -3,8 +3,9 @@
 does, and the app connected to it as the service's role, whose sessions turn every statement that
 reaches more than one shard into an error (`citus.multi_task_query_log_level = 'error'`).
 
-One cluster per test session (it takes a few seconds to start, three servers on two cores); the
-tests truncate the tables after each test as everywhere else. Without Citus installed
+One cluster per test process (under pytest-xdist, per worker that runs a file of this folder;
+it takes a few seconds to start, three servers on two cores); the tests truncate the tables
+after each test as everywhere else. Without Citus installed
 (`.ci/install-citus`) every test here skips with the reason.
 
 The fixtures below override the root conftest's `database_url`, `settings` and `app`, so that
