@@ -29,27 +29,19 @@ from typing import Final
 
 import asyncpg
 
+from app.jobs.claim_sql import PENDING, claimable, no_live_lease, take_jobs_sql
 from app.jobs.driver import Statement
 from app.kit.citus import ACROSS_COMPANIES_SQL, BACK_TO_ONE_COMPANY_SQL
 
 COMPANIES_PER_LOOK: Final = 8
 
-_PENDING = "status IN ('queued', 'retrying', 'running')"
-
 
 def _claimable(alias: str) -> str:
-    return (
-        f"({alias}.status IN ('queued', 'retrying') AND {alias}.run_after <= :clock"
-        f" OR {alias}.status = 'running' AND {alias}.lease_expires_at < :clock)"
-    )
+    return claimable(alias, ":clock")
 
 
 def _no_live_lease(alias: str) -> str:
-    return (
-        "NOT EXISTS (SELECT FROM jobs live"
-        f" WHERE live.company_id = :company_id AND live.user_id = {alias}.user_id"
-        " AND live.status = 'running' AND live.lease_expires_at >= :clock)"
-    )
+    return no_live_lease(alias, ":clock", ":company_id")
 
 
 CLOCK: Final = Statement("SELECT coalesce(:now::timestamptz, now()) AS clock")
@@ -57,7 +49,7 @@ CLOCK: Final = Statement("SELECT coalesce(:now::timestamptz, now()) AS clock")
 PICK_COMPANIES: Final = Statement(f"""
 SELECT p.company_id
   FROM (SELECT DISTINCT j.company_id FROM jobs j
-         WHERE j.{_PENDING} AND {_claimable("j")}) p
+         WHERE j.{PENDING} AND {_claimable("j")}) p
   LEFT JOIN job_company_claims served ON served.company_id = p.company_id
  ORDER BY p.company_id = ANY(:passed_companies::text[]),
           served.last_claimed_at NULLS FIRST, p.company_id
@@ -67,7 +59,7 @@ SELECT p.company_id
 PICK_OWNERS: Final = Statement(f"""
 SELECT DISTINCT ON (w.user_id) w.user_id, w.created_at, w.id
   FROM (SELECT j.user_id, j.created_at, j.id FROM jobs j
-         WHERE j.company_id = :company_id AND j.{_PENDING}
+         WHERE j.company_id = :company_id AND j.{PENDING}
            AND {_claimable("j")} AND {_no_live_lease("j")}
            AND NOT (j.user_id = ANY(:passed_users::text[]))
          ORDER BY j.created_at, j.id
@@ -79,52 +71,7 @@ TRY_LOCK: Final = Statement(
     "SELECT pg_try_advisory_xact_lock(hashtext(:namespace || :company_id), hashtext(:user_id))"
 )
 
-TAKE_JOBS: Final = Statement(f"""
-WITH exhausted AS (
-    UPDATE jobs
-       SET status = 'dead', error_class = :lease_expired_class,
-           error_message = :lease_expired_message, lease_token = NULL,
-           lease_expires_at = NULL, finished_at = :clock, updated_at = :clock
-     WHERE company_id = :company_id AND user_id = :user_id
-       AND id IN (SELECT id FROM jobs
-                   WHERE company_id = :company_id AND user_id = :user_id
-                     AND status = 'running' AND lease_expires_at < :clock
-                     AND attempts >= max_attempts
-                     FOR UPDATE SKIP LOCKED)
-),
-head AS (
-    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
-     WHERE j.company_id = :company_id AND j.user_id = :user_id
-       AND {_claimable("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
-       AND {_no_live_lease("j")}
-     ORDER BY j.created_at, j.id
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED
-),
-batch AS (
-    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
-      JOIN head ON j.kind = head.kind AND j.id <> head.id
-     WHERE j.company_id = :company_id AND j.user_id = :user_id
-       AND head.kind = ANY(:coalesce::text[])
-       AND {_claimable("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
-     ORDER BY j.created_at, j.id
-     LIMIT :more
-       FOR UPDATE OF j SKIP LOCKED
-),
-picked AS (SELECT * FROM head UNION ALL SELECT * FROM batch),
-claimed AS (
-    UPDATE jobs
-       SET status = 'running', attempts = jobs.attempts + 1, lease_token = :lease_token,
-           lease_expires_at = :clock + make_interval(secs => :lease_seconds::float8),
-           locked_by = :worker_id, updated_at = :clock
-      FROM picked
-     WHERE jobs.company_id = :company_id AND jobs.id = picked.id
- RETURNING jobs.id, jobs.attempts, picked.kind, picked.payload, picked.max_attempts,
-           picked.created_at, jobs.trace_context
-)
-SELECT id, attempts, kind, payload, max_attempts, created_at, trace_context FROM claimed
- ORDER BY created_at, id
-""")  # noqa: S608 - composed of this module's constants only
+TAKE_JOBS: Final = Statement(take_jobs_sql(":clock", ":company_id", served=""))
 
 RECORD_SERVED: Final = Statement("""
 INSERT INTO job_company_claims AS c (company_id, last_claimed_at)

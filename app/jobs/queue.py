@@ -26,7 +26,7 @@ import asyncpg
 from sqlalchemy import ColumnElement, Table, and_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.jobs import cluster_claim
+from app.jobs import claim_sql, cluster_claim
 from app.jobs.driver import Statement, driver_transaction
 from app.jobs.models import Job, JobCompanyClaim
 from app.kit.citus import runs_citus
@@ -183,25 +183,15 @@ async def claim_next_job(
 
 _CLOCK = "coalesce(:now::timestamptz, now())"
 """PostgreSQL's `now()`, or the instant the caller passed (tests step time with it)."""
-_PENDING = "status IN ('queued', 'retrying', 'running')"
-"""As `ix_jobs_pending_company`'s predicate has it, literally (so a generic plan can use it)."""
+_PENDING = claim_sql.PENDING
 
 
 def _claimable_sql(alias: str) -> str:
-    return (
-        f"({alias}.status IN ('queued', 'retrying') AND {alias}.run_after <= {_CLOCK}"
-        f" OR {alias}.status = 'running' AND {alias}.lease_expires_at < {_CLOCK})"
-    )
+    return claim_sql.claimable(alias, _CLOCK)
 
 
 def _no_live_lease_sql(alias: str) -> str:
-    """A probe of `ix_jobs_running_owner`, which holds running jobs only (about one per busy
-    slot), however many jobs the owner or the company has finished."""
-    return (
-        "NOT EXISTS (SELECT FROM jobs live"
-        f" WHERE live.company_id = {alias}.company_id AND live.user_id = {alias}.user_id"
-        f" AND live.status = 'running' AND live.lease_expires_at >= {_CLOCK})"
-    )
+    return claim_sql.no_live_lease(alias, _CLOCK, f"{alias}.company_id")
 
 
 PICK_OWNER: Final = Statement(f"""
@@ -265,59 +255,9 @@ earlier look of this claim passed over are left out and their companies go last.
 A plain read (no row locks): its snapshot may be stale; `TAKE_JOBS` re-checks."""
 
 
-TAKE_JOBS: Final = Statement(f"""
-WITH exhausted AS (
-    UPDATE jobs
-       SET status = 'dead', error_class = :lease_expired_class,
-           error_message = :lease_expired_message, lease_token = NULL,
-           lease_expires_at = NULL, finished_at = {_CLOCK}, updated_at = {_CLOCK}
-     WHERE company_id = :company_id AND user_id = :user_id
-       AND id IN (SELECT id FROM jobs
-                   WHERE company_id = :company_id AND user_id = :user_id
-                     AND status = 'running' AND lease_expires_at < {_CLOCK}
-                     AND attempts >= max_attempts
-                     FOR UPDATE SKIP LOCKED)
-),
-head AS (
-    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
-     WHERE j.company_id = :company_id AND j.user_id = :user_id
-       AND {_claimable_sql("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
-       AND {_no_live_lease_sql("j")}
-     ORDER BY j.created_at, j.id
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED
-),
-batch AS (
-    SELECT j.id, j.kind, j.payload, j.max_attempts, j.created_at FROM jobs j
-      JOIN head ON j.kind = head.kind AND j.id <> head.id
-     WHERE j.company_id = :company_id AND j.user_id = :user_id
-       AND head.kind = ANY(:coalesce::text[])
-       AND {_claimable_sql("j")} AND NOT (j.status = 'running' AND j.attempts >= j.max_attempts)
-     ORDER BY j.created_at, j.id
-     LIMIT :more
-       FOR UPDATE OF j SKIP LOCKED
-),
-picked AS (SELECT * FROM head UNION ALL SELECT * FROM batch),
-claimed AS (
-    UPDATE jobs
-       SET status = 'running', attempts = jobs.attempts + 1, lease_token = :lease_token,
-           lease_expires_at = {_CLOCK} + make_interval(secs => :lease_seconds::float8),
-           locked_by = :worker_id, updated_at = {_CLOCK}
-      FROM picked
-     WHERE jobs.company_id = :company_id AND jobs.id = picked.id
- RETURNING jobs.id, jobs.attempts, picked.kind, picked.payload, picked.max_attempts,
-           picked.created_at, jobs.trace_context
-),
-served AS (
-    INSERT INTO job_company_claims (company_id, last_claimed_at)
-    SELECT :company_id, clock_timestamp() WHERE EXISTS (SELECT FROM claimed)
-        ON CONFLICT (company_id) DO UPDATE
-       SET last_claimed_at = greatest(job_company_claims.last_claimed_at,
-                                      excluded.last_claimed_at)
+TAKE_JOBS: Final = Statement(
+    claim_sql.take_jobs_sql(_CLOCK, "j.company_id", claim_sql.RECORD_SERVED_CTE)
 )
-SELECT id, attempts, kind, payload, max_attempts, created_at, trace_context FROM claimed
- ORDER BY created_at, id
-""")  # noqa: S608 - composed of this module's constants only
 """The claim's second statement, for the owner whose lock the first one took: dead-letter the
 owner's jobs whose lease expired on their last attempt (a poison job could otherwise kill
 workers forever), lock the owner's oldest claimable job (none while the owner holds a live
