@@ -30,7 +30,14 @@ import contextlib
 import logging
 import tempfile
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+)
 from typing import Final
 
 import anyio
@@ -290,3 +297,22 @@ class SpooledResponse(StreamingResponse):
                 raise ClientTooSlow(self._what) from None
 
         return send_within_deadline
+
+
+@contextlib.asynccontextmanager
+async def spooled_body(body: AsyncIterable[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
+    """A request body received whole into a temporary file (in memory up to
+    `SPOOL_MEMORY_BYTES`, on disk beyond) before it is handed on, then read back in
+    `SEND_CHUNK_BYTES` pieces: so a route that loads a body in one transaction opens it only
+    once a slow sender has sent everything. The body's own limits (size, time per piece) apply
+    as it is received; the file is deleted when the block ends."""
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as file:
+        async for chunk in body:
+            file.write(chunk)
+        file.seek(0)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            while piece := file.read(SEND_CHUNK_BYTES):
+                yield piece
+
+        yield pieces()

@@ -12,7 +12,7 @@ from app.kit.api_tags import OPERATOR, USER
 from app.kit.auth import Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep, database
 from app.kit.schemas import CompanyIdPath, company_id_path
-from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout
+from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout, spooled_body
 from app.portability import export, importer, memory_import
 from app.portability.export import CompanySnapshot
 from app.portability.format import MEDIA_TYPE
@@ -187,10 +187,10 @@ async def export_company(
     tags=[OPERATOR],
     summary="Load an export stream into this empty company (all or nothing)",
     description="Called by an operator on the deployment a company moves to: the stream of "
-    "`GET .../export`, read as it arrives (up to IMPORT_MAX_BYTES), loaded in one transaction "
-    "into this company, which must hold nothing yet (409), with every profile version passing "
-    "the company's memory policy. Sending the same stream again answers the first import's "
-    "outcome (200) and writes nothing.",
+    "`GET .../export`, received whole (up to IMPORT_MAX_BYTES) before it is loaded in one "
+    "transaction into this company, which must hold nothing yet (409), with every profile "
+    "version passing the company's memory policy. Sending the same stream again answers the "
+    "first import's outcome (200) and writes nothing.",
     status_code=status.HTTP_201_CREATED,
     openapi_extra={"requestBody": _IMPORT_BODY},
     responses={
@@ -210,7 +210,9 @@ async def import_company(
     response: Response,
     policy: VersionPolicyDep,
 ) -> CompanyImportOut:
-    outcome = await importer.import_company(session, operator, company_id, request.stream(), policy)
+    # received whole before the transaction opens: a slow sender holds a file, not a connection
+    async with spooled_body(request.stream()) as body:
+        outcome = await importer.import_company(session, operator, company_id, body, policy)
     if outcome.replayed:
         response.status_code = status.HTTP_200_OK
         response.headers[REPLAYED_HEADER] = "true"

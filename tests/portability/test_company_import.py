@@ -8,6 +8,7 @@ every profile version passes the company's memory policy on its way in.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -321,3 +322,44 @@ async def test_a_stream_over_the_limit_is_a_413_and_nothing_is_written(
         assert response.headers["content-type"] == "application/problem+json"
     assert await scalar(app, "SELECT count(*) FROM turns") == 0
     assert changed_tables(before, await database_digest(app)) == []
+
+
+async def test_a_slow_sender_holds_no_connection_until_its_stream_has_arrived(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    """The body is received whole before the import's transaction opens: while the rest of the
+    stream has not arrived, no session of the service is busy or inside a transaction on the
+    database (a company's slow uploads cannot take the pool that serves every company); then
+    the stream loads as usual."""
+    user_memory = memory_records(
+        INITECH, "dan", [memory_md({Section.WORK: ["Initech"]}, user_id="dan")]
+    )
+    stream = stream_of(INITECH, FLAG, *user_memory)
+    asked_for_more, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slowly() -> AsyncIterator[bytes]:
+        yield stream[:100]
+        asked_for_more.set()  # the route has the first piece and waits for the next
+        await go_on.wait()
+        yield stream[100:]
+
+    headers = {**operator(auth), "Content-Type": MEDIA_TYPE}
+    sending = asyncio.create_task(
+        client.post(f"/v1/companies/{INITECH}/import", content=slowly(), headers=headers)
+    )
+    await asyncio.wait_for(asked_for_more.wait(), timeout=10)
+    held = [
+        await scalar(
+            app,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND application_name = 'context-memory'"
+            " AND state <> 'idle'",
+        )
+        for _ in range(5)
+    ]
+    go_on.set()
+    response = await sending
+
+    assert held == [0] * 5
+    assert response.status_code == 201, response.text
+    assert response.json()["records"]["memory_version"] == 1

@@ -626,7 +626,7 @@ export interface paths {
         put?: never;
         /**
          * Load an export stream into this empty company (all or nothing)
-         * @description Called by an operator on the deployment a company moves to: the stream of `GET .../export`, read as it arrives (up to IMPORT_MAX_BYTES), loaded in one transaction into this company, which must hold nothing yet (409), with every profile version passing the company's memory policy. Sending the same stream again answers the first import's outcome (200) and writes nothing.
+         * @description Called by an operator on the deployment a company moves to: the stream of `GET .../export`, received whole (up to IMPORT_MAX_BYTES) before it is loaded in one transaction into this company, which must hold nothing yet (409), with every profile version passing the company's memory policy. Sending the same stream again answers the first import's outcome (200) and writes nothing.
          */
         post: operations["import_company_v1_companies__company_id__import_post"];
         delete?: never;
