@@ -61,7 +61,6 @@ SELECT DISTINCT ON (w.user_id) w.user_id, w.created_at, w.id
   FROM (SELECT j.user_id, j.created_at, j.id FROM jobs j
          WHERE j.company_id = :company_id AND j.{PENDING}
            AND {_claimable("j")} AND {_no_live_lease("j")}
-           AND NOT (j.user_id = ANY(:passed_users::text[]))
          ORDER BY j.created_at, j.id
          LIMIT :window) w
  ORDER BY w.user_id, w.created_at, w.id
@@ -97,14 +96,12 @@ async def pick_companies(
 
 
 async def pick_owners(
-    conn: asyncpg.Connection, clock: datetime, company_id: str, passed_users: list[str], window: int
+    conn: asyncpg.Connection, clock: datetime, company_id: str, window: int
 ) -> list[str]:
     """The company's candidate owners, by their oldest claimable job."""
     rows = await conn.fetch(
         PICK_OWNERS.sql,
-        *PICK_OWNERS.args(
-            clock=clock, company_id=company_id, passed_users=passed_users, window=window
-        ),
+        *PICK_OWNERS.args(clock=clock, company_id=company_id, window=window),
     )
     return [row["user_id"] for row in sorted(rows, key=lambda r: (r["created_at"], r["id"]))]
 

@@ -285,16 +285,23 @@ async def _take_jobs(
             now=now,
             company_id=company_id,
             user_id=user_id,
-            lease_expired_class=LEASE_EXPIRED_CLASS,
-            lease_expired_message=LEASE_EXPIRED_MESSAGE,
-            coalesce=sorted(policy.coalesce),
-            more=policy.batch_size - 1,
-            lease_token=token,
-            lease_seconds=policy.lease_seconds,
-            worker_id=worker_id[:128],
+            **_lease_values(policy, worker_id, token),
         ),
     )
     return _claimed(company_id, user_id, token, rows)
+
+
+def _lease_values(policy: ClaimPolicy, worker_id: str, token: uuid.UUID) -> dict[str, object]:
+    """`TAKE_JOBS`' values besides the clock and the owner, on one node or a cluster."""
+    return {
+        "lease_expired_class": LEASE_EXPIRED_CLASS,
+        "lease_expired_message": LEASE_EXPIRED_MESSAGE,
+        "coalesce": sorted(policy.coalesce),
+        "more": policy.batch_size - 1,
+        "lease_token": token,
+        "lease_seconds": policy.lease_seconds,
+        "worker_id": worker_id[:128],
+    }
 
 
 def _claimed(
@@ -327,10 +334,7 @@ async def _claim_on_cluster(
         clock = await cluster_claim.clock_of(conn, now)
         while companies := await cluster_claim.pick_companies(conn, clock, passed_companies):
             for company_id in companies:
-                passed_users: list[str] = []
-                owners = await cluster_claim.pick_owners(
-                    conn, clock, company_id, passed_users, policy.candidates
-                )
+                owners = await cluster_claim.pick_owners(conn, clock, company_id, policy.candidates)
                 for user_id in owners:
                     if not await cluster_claim.try_lock(conn, LOCK_NAMESPACE, company_id, user_id):
                         continue
@@ -340,13 +344,7 @@ async def _claim_on_cluster(
                         clock=clock,
                         company_id=company_id,
                         user_id=user_id,
-                        lease_expired_class=LEASE_EXPIRED_CLASS,
-                        lease_expired_message=LEASE_EXPIRED_MESSAGE,
-                        coalesce=sorted(policy.coalesce),
-                        more=policy.batch_size - 1,
-                        lease_token=token,
-                        lease_seconds=policy.lease_seconds,
-                        worker_id=worker_id[:128],
+                        **_lease_values(policy, worker_id, token),
                     )
                     claimed = _claimed(company_id, user_id, token, rows)
                     if claimed is not None:

@@ -173,6 +173,13 @@ class Spool:
             self._size += len(data)
             self._grown.set()
 
+    async def write_all(self, chunks: AsyncGenerator[bytes]) -> None:
+        """Every chunk of `chunks`, written as it comes; the generator is closed however this
+        ends (its snapshot's cursors with it)."""
+        async with contextlib.aclosing(chunks) as pieces:
+            async for chunk in pieces:
+                self.write(chunk)
+
     def finish(self, *, failed: bool = False) -> None:
         """Nothing more will be written; `failed`: the body is incomplete."""
         self._done = True

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -76,9 +75,7 @@ class CompanySnapshot:
 
     async def write_to(self, spool: Spool) -> None:
         """The whole stream into `spool` (see `lines`)."""
-        async with aclosing(self.lines()) as lines:
-            async for batch in lines:
-                spool.write(batch)
+        await spool.write_all(self.lines())
 
     async def close(self) -> None:
         """End the transaction and give the connection back (shielded: a client that went

@@ -176,9 +176,7 @@ class MemoryExportStream:
 
     async def write_to(self, spool: Spool) -> None:
         """The whole document into `spool` (see `chunks`)."""
-        async with aclosing(self.chunks()) as chunks:
-            async for chunk in chunks:
-                spool.write(chunk)
+        await spool.write_all(self.chunks())
 
     async def close(self) -> None:
         if self._closed:
