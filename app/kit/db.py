@@ -281,8 +281,23 @@ _UNAVAILABLE_SQLSTATES = {
 }
 
 
+# Citus, while an online shard operation switches a shard group over (a tenant isolation's
+# split, a move): a statement planned against the shards of before and run after the switch
+# finds its shard gone from the metadata. Nothing was written; the same statement, sent again,
+# is planned against the new shards (tests/citus/test_online_operations.py)
+_CITUS_SHARD_SWITCHED = ("could not find valid entry for shard",)
+
+
+def _citus_shard_switched(error: BaseException) -> bool:
+    if getattr(error, "sqlstate", None) != "XX000":
+        return False
+    message = str(getattr(error, "message", None) or error)
+    return message.startswith(_CITUS_SHARD_SWITCHED)
+
+
 def is_database_unavailable(error: BaseException) -> bool:
-    """True when `error` means the database cannot be reached (answered 503, not 500)."""
+    """True when `error` means the database cannot be reached, or cannot serve the statement for
+    a moment (a Citus shard switched over under it): answered 503, not 500."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -300,7 +315,7 @@ def is_database_unavailable(error: BaseException) -> bool:
         ) and not isinstance(current, asyncpg.exceptions.InterfaceWarning):
             return True
         sqlstate = getattr(current, "sqlstate", None)
-        if sqlstate in _UNAVAILABLE_SQLSTATES:
+        if sqlstate in _UNAVAILABLE_SQLSTATES or _citus_shard_switched(current):
             return True
         if isinstance(current, exc.TimeoutError):  # pool exhausted while the database is down
             return True
