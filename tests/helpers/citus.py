@@ -2,10 +2,12 @@
 servers (Debian's binaries in /usr/lib/postgresql/15/bin) with the Citus extension preloaded,
 in a temporary directory, on free loopback ports, trust authentication.
 
-Each node runs `shared_preload_libraries = 'citus'` and `wal_level = logical` (what an online
-shard move needs). A database is created on every node with the extension in it, the coordinator
-is told its own address, and the workers are added to it (`citus_add_node`): what docs/scaling.md
-describes, run here. Without Citus built into PostgreSQL's library directory (`.ci/install-citus`)
+Each node runs the settings of docs/scaling.md's runbook (`shared_preload_libraries = 'citus'`,
+`wal_level = logical`: what an online shard move needs), read from its block. A database is
+created on every node with the extension in it, the coordinator is told its own address, and the
+workers are added to it (`citus_add_node`): the runbook's blocks, run with psql
+(`tests/helpers/runbook.py`). A test may start and add one more worker (`add_worker`), stopped
+with the others. Without Citus built into PostgreSQL's library directory (`.ci/install-citus`)
 the tests skip with the reason.
 
 initdb and postgres refuse to run as root: under root they run as the `postgres` system user that
@@ -18,12 +20,13 @@ import asyncio
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from tests.helpers import runbook
 from tests.helpers.replicated_pg import (
     PG_BIN,
     Server,
@@ -62,10 +65,30 @@ def citus_missing() -> str | None:
 class CitusCluster:
     coordinator: Server
     workers: tuple[Server, ...]
+    workdir: Path
+    added: list[Server] = field(default_factory=list)
+    """Workers started by `add_worker`, in order."""
 
     @property
     def nodes(self) -> tuple[Server, ...]:
-        return (self.coordinator, *self.workers)
+        return (self.coordinator, *self.workers, *self.added)
+
+    async def add_worker(self, database: str) -> Server:
+        """One more worker, started with the runbook's settings, with `database` and the
+        extension in it, added on the coordinator (`citus_add_node`): no shard on it until a
+        rebalance moves some there. Stopped with the cluster."""
+        user = server_user()
+        worker = Server(
+            self.workdir / f"worker{len(self.workers) + len(self.added)}", free_port(), user
+        )
+        self.added.append(worker)
+        await asyncio.to_thread(_start, worker, self.workdir / "sockets", worker.data_dir.name)
+        await _execute(worker, "postgres", f'CREATE DATABASE "{database}"')
+        await runbook.psql(worker, database, "every-node")
+        await runbook.psql(
+            self.coordinator, database, "add-node", worker_host="127.0.0.1", worker_port=worker.port
+        )
+        return worker
 
     def url(self, database: str, user: str = "postgres") -> str:
         """A `postgresql+asyncpg://` URL of `database` on the coordinator."""
@@ -77,13 +100,18 @@ class CitusCluster:
         workers) with multi-shard statements turned into errors."""
         for node in self.nodes:
             await _execute(node, "postgres", f'CREATE DATABASE "{name}"')
-            await _execute(node, name, "CREATE EXTENSION citus")
-        await _execute(
+            await runbook.psql(node, name, "every-node")
+        await runbook.psql(
             self.coordinator,
             name,
-            f"SELECT citus_set_coordinator_host('127.0.0.1', {self.coordinator.port})",
-            *(f"SELECT citus_add_node('127.0.0.1', {worker.port})" for worker in self.workers),
+            "set-coordinator",
+            coordinator_host="127.0.0.1",
+            coordinator_port=self.coordinator.port,
         )
+        for worker in self.workers:
+            await runbook.psql(
+                self.coordinator, name, "add-node", worker_host="127.0.0.1", worker_port=worker.port
+            )
         conn = await _connect(self.coordinator, name)
         try:
             exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", SERVICE_ROLE)
@@ -118,15 +146,14 @@ async def _execute(node: Server, database: str, *statements: str) -> None:
 
 
 def _settings(server: Server, sockets: Path, name: str) -> dict[str, str]:
+    """The runbook's node settings (docs/scaling.md), and the test's own around them."""
     return {
         "port": str(server.port),
         "listen_addresses": "127.0.0.1",
         "unix_socket_directories": str(sockets),
         "cluster_name": name,
-        "shared_preload_libraries": "citus",
-        "wal_level": "logical",
+        **runbook.settings("node-settings"),
         "max_connections": "120",
-        "max_prepared_transactions": "60",  # Citus's two-phase commits across nodes
         "shared_buffers": "32MB",
         # fsync protects against the machine's crash, not the server's: off for a quicker test
         "fsync": "off",
@@ -134,9 +161,6 @@ def _settings(server: Server, sockets: Path, name: str) -> dict[str, str]:
         "full_page_writes": "off",
         # the cluster is a test's: no telemetry call, no background rebalance surprises
         "citus.enable_statistics_collection": "off",
-        # loopback only, and libpq would otherwise look for client certificates in the HOME of
-        # whoever started the server (root's, unreadable to the postgres user)
-        "citus.node_conninfo": "sslmode=disable",
     }
 
 
@@ -170,7 +194,7 @@ async def citus_cluster(workdir: Path) -> AsyncIterator[CitusCluster]:
     sockets = owned_directory(workdir / "sockets", user)
     coordinator = Server(workdir / "coordinator", free_port(), user)
     workers = tuple(Server(workdir / f"worker{n}", free_port(), user) for n in range(WORKERS))
-    cluster = CitusCluster(coordinator, workers)
+    cluster = CitusCluster(coordinator, workers, workdir)
     try:
         await asyncio.gather(
             *(
@@ -197,15 +221,24 @@ class ClusterDatabase:
 
 
 @asynccontextmanager
-async def cluster_database(workdir: Path, name: str) -> AsyncIterator[ClusterDatabase]:
+async def cluster_database(
+    workdir: Path, name: str, *, shard_count: int | None = None
+) -> AsyncIterator[ClusterDatabase]:
     """A cluster in `workdir` with the database `name` on it, migrated by Alembic and
-    distributed as `python -m app migrate` does; all gone on leaving."""
+    distributed as `python -m app migrate` does; all gone on leaving. `shard_count`: the shards
+    of each distributed table (`citus.shard_count` of the database; Citus's default is 32)."""
     from app.kit.citus import distribute  # noqa: PLC0415 - the app only once the cluster runs
     from app.kit.db import run_migrations  # noqa: PLC0415
     from app.models import metadata  # noqa: PLC0415
 
     async with citus_cluster(workdir) as cluster:
         await cluster.create_database(name)
+        if shard_count is not None:
+            await _execute(
+                cluster.coordinator,
+                name,
+                f'ALTER DATABASE "{name}" SET citus.shard_count = {int(shard_count)}',
+            )
         admin_url = cluster.url(name)
         try:
             await asyncio.to_thread(run_migrations, admin_url)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,15 +87,18 @@ class Service:
 
 
 @contextlib.asynccontextmanager
-async def serving(database_url: str, workdir: Path) -> AsyncIterator[Service]:
-    """`python -m app serve` on `database_url` until the block ends, ready when yielded."""
+async def serving(
+    database_url: str, workdir: Path, env: Mapping[str, str] | None = None
+) -> AsyncIterator[Service]:
+    """`python -m app serve` on `database_url` until the block ends, ready when yielded;
+    `env` on top of the environment of these tests (e.g. a model to consolidate with)."""
     port = free_port()
     log = workdir / "serve.log"
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "app", "serve", "--port", str(port)),
             cwd=workdir,  # no .env of the project is read
-            env=_serve_env(database_url, workdir),
+            env=_serve_env(database_url, workdir) | dict(env or {}),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -381,7 +384,8 @@ async def assert_each_ack_saved_once(conn: asyncpg.Connection, load: TurnLoad) -
     assert len(acks) == len(load.acks)  # the load never reuses a key for another request
     saved = await conn.fetch(
         "SELECT t.id::text AS turn_id, m.content FROM turns t"
-        " JOIN chat_messages m ON m.turn_id = t.id AND m.role = 'user'"
+        " JOIN chat_messages m"
+        " ON m.company_id = t.company_id AND m.turn_id = t.id AND m.role = 'user'"
         " WHERE t.company_id = $1 AND t.user_id = ANY($2::text[])",
         COMPANY,
         list(load.users),
