@@ -1,0 +1,296 @@
+"""Online operations on the Citus cluster under load: the runbook's shard move, rebalance after
+adding a node and tenant isolation (docs/scaling.md, run from its blocks by
+`tests/helpers/runbook.py`), each while clients save turns over HTTP to `python -m app serve`
+and its in-process worker consolidates them with the stub model (`tests/helpers/llm_stub.py`).
+
+The cluster is this module's own (the folder's shared one stays as its other tests expect it):
+a coordinator and two workers, 8 shards per table (Citus's default is 32: 22 co-located tables
+of 32 shards would make the rebalance move some 250 shards on two cores), the service on it as
+the role that turns a multi-shard statement into an error. The load is that of the failover
+tests (`tests/helpers/failover.py`): six clients over three fresh users of one company, each
+retrying a save without a 2xx with its `Idempotency-Key` after `Retry-After`. Each operation
+holds the loaded company's shards, and afterwards:
+
+- every answer was a 2xx, or a 503 problem with `Retry-After` (counted): never a 500, never none;
+- every acknowledged turn is stored exactly once, the turn its answer named, queued in the job
+  its answer named, and the turns per (company, user, chat) are as many as were acknowledged;
+- every job of those users succeeded, none ran twice.
+
+The figures of each operation (duration, saves acknowledged during it, 503s, p50 and p99 of
+the saves' latency while it ran) are printed; `-s` shows them (docs/scaling.md quotes them).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from app.kit.config import PROJECT_ROOT
+from app.kit.errors import PROBLEM_CONTENT_TYPE
+from tests.helpers import runbook
+from tests.helpers.apps import COMPANY
+from tests.helpers.citus import ClusterDatabase, cluster_database
+from tests.helpers.failover import (
+    RETRY_AFTER_SECONDS,
+    SUCCESS,
+    Service,
+    TurnLoad,
+    assert_each_ack_saved_once,
+    assert_each_job_ran_once,
+    enabled_users,
+    serving,
+)
+from tests.helpers.llm_stub import StubLLMServer, reply
+from tests.helpers.worker import add_bullet_answer
+
+pytestmark = pytest.mark.slow
+
+DATABASE = "cms_online_ops"
+SHARD_COUNT = 8
+ACKED_AROUND = 20  # saves acknowledged before the operation starts, and again after it ends
+ACK_SECONDS = 60.0
+MODEL_ANSWERS = 5000  # more than the consolidations of the module ask for; none is left over
+MODEL_ANSWER = add_bullet_answer("Identity", "Works with the tools named in the chat.")
+"""Every model call is answered with one added bullet: read as UPDATE by the gate (an answer
+longer than a word is), applied by the operations call."""
+SERVE_ENV = {
+    "LLM_PROVIDER": "openai",
+    # the clients save as fast as the service answers: neither the rate limits nor the quota
+    # of waiting jobs are what these operations are about (tests/rate_limits, tests/quotas)
+    "RATE_LIMIT_TURNS_USER": "off",
+    "RATE_LIMIT_TURNS_COMPANY": "off",
+    "QUOTA_USER_QUEUED_JOBS": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    (PROJECT_ROOT / "var").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="citus-ops-") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture(scope="module")
+async def cluster_db(workdir: Path) -> AsyncIterator[ClusterDatabase]:
+    async with cluster_database(workdir, DATABASE, shard_count=SHARD_COUNT) as on:
+        yield on
+
+
+@pytest.fixture(scope="module")
+async def model() -> AsyncIterator[StubLLMServer]:
+    async with StubLLMServer() as stub:
+        stub.script(*[reply(MODEL_ANSWER)] * MODEL_ANSWERS)
+        yield stub
+        assert stub.pending > 0, "the stub model ran out of answers"
+
+
+@pytest.fixture(scope="module")
+async def service(
+    cluster_db: ClusterDatabase, model: StubLLMServer, workdir: Path
+) -> AsyncIterator[Service]:
+    env = SERVE_ENV | {"OPENAI_BASE_URL": model.base_url}
+    (workdir / "serve").mkdir()
+    async with serving(cluster_db.url, workdir / "serve", env) as served:
+        yield served
+
+
+# --- the operations, as the runbook writes them ------------------------------------------------
+
+
+async def _admin(cluster_db: ClusterDatabase) -> asyncpg.Connection:
+    node = cluster_db.cluster.coordinator
+    return await asyncpg.connect(
+        user="postgres", database=DATABASE, host="127.0.0.1", port=node.port, timeout=10
+    )
+
+
+async def company_shard(cluster_db: ClusterDatabase) -> tuple[int, int]:
+    """The shard of `turns` holding the loaded company, and the port of the node it is on."""
+    conn = await _admin(cluster_db)
+    try:
+        row = await conn.fetchrow(
+            "SELECT shardid, nodeport FROM citus_shards"
+            " WHERE shardid = get_shard_id_for_distribution_column('turns', $1::text)",
+            COMPANY,
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row["shardid"]), int(row["nodeport"])
+
+
+async def shards_per_node(cluster_db: ClusterDatabase) -> dict[int, int]:
+    """The runbook's `placements`: the distributed tables' shards per node port."""
+    out = await runbook.psql(cluster_db.cluster.coordinator, DATABASE, "placements")
+    rows = (line.split("|") for line in out.splitlines() if line.strip())
+    return {int(port): int(count) for _, port, count in rows}
+
+
+# --- the load around an operation --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the clients saw while an operation ran (`began` to `ended`, the test's clock)."""
+
+    name: str
+    began: float
+    ended: float
+    load: TurnLoad
+    consolidations: int  # model calls made while the operation ran
+
+    @property
+    def during(self) -> list[float]:
+        """The latency of every save attempt sent and answered while the operation ran."""
+        return sorted(
+            a.ended - a.started
+            for a in self.load.answers
+            if a.started >= self.began and a.ended <= self.ended
+        )
+
+    def percentile(self, share: float) -> float:
+        during = self.during
+        return during[max(0, math.ceil(share * len(during)) - 1)]
+
+    def summary(self) -> str:
+        acked = sum(
+            a.status in SUCCESS
+            for a in self.load.answers
+            if a.started >= self.began and a.ended <= self.ended
+        )
+        unavailable = sum(a.status == 503 for a in self.load.answers)
+        return (
+            f"{self.name}: {self.ended - self.began:.1f} s under load; {acked} saves acknowledged"
+            f" during it ({len(self.load.acks)} in all), {unavailable} answered 503;"
+            f" latency while it ran p50 {self.percentile(0.5) * 1000:.0f} ms,"
+            f" p99 {self.percentile(0.99) * 1000:.0f} ms, max {self.during[-1] * 1000:.0f} ms;"
+            f" {self.consolidations} model calls while it ran"
+        )
+
+
+async def under_load(
+    service: Service, model: StubLLMServer, name: str, operation: Callable[[], Awaitable[None]]
+) -> Measured:
+    """`operation` run while the load saves turns: saves flowing before it starts and again
+    after it ends."""
+    load = TurnLoad(service, await enabled_users(service))
+    async with load.running():
+        await load.acked(ACKED_AROUND, ACK_SECONDS)
+        asked = len(model.requests)
+        began = time.monotonic()
+        await operation()
+        ended = time.monotonic()
+        consolidations = len(model.requests) - asked
+        await load.acked(len(load.acks) + ACKED_AROUND, ACK_SECONDS)
+    measured = Measured(name, began, ended, load, consolidations)
+    print(measured.summary())
+    return measured
+
+
+async def assert_nothing_lost_or_doubled(cluster_db: ClusterDatabase, measured: Measured) -> None:
+    load = measured.load
+    unanswered = [a for a in load.answers if a.status is None]
+    assert not unanswered, unanswered[:5]
+    statuses = Counter(a.status for a in load.answers)
+    assert set(statuses) <= SUCCESS | {503}, f"{statuses}:\n{load.service.log_tail()}"
+    for answer in load.answers:
+        if answer.status == 503:
+            assert answer.retry_after == str(RETRY_AFTER_SECONDS), answer
+            assert answer.content_type == PROBLEM_CONTENT_TYPE, answer
+    assert measured.during, f"no save was sent and answered during the {measured.name}"
+    assert measured.consolidations > 0, f"no consolidation ran during the {measured.name}"
+    conn = await _admin(cluster_db)
+    try:
+        await assert_each_ack_saved_once(conn, load)
+        per_chat = await conn.fetch(
+            "SELECT company_id, user_id, chat_id, count(*) AS turns FROM turns"
+            " WHERE company_id = $1 AND user_id = ANY($2::text[])"
+            " GROUP BY company_id, user_id, chat_id",
+            COMPANY,
+            list(load.users),
+        )
+        acked = Counter((COMPANY, ack.user) for ack in load.acks)
+        assert {(r["company_id"], r["user_id"]): r["turns"] for r in per_chat} == acked
+        assert len(per_chat) == len(load.users)  # one chat per user: the load's
+        await assert_each_job_ran_once(conn, load.users)
+    finally:
+        await conn.close()
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+
+async def test_a_company_shard_group_moves_to_another_node_under_load(
+    cluster_db: ClusterDatabase, service: Service, model: StubLLMServer
+) -> None:
+    cluster = cluster_db.cluster
+    shard, source = await company_shard(cluster_db)
+    target = next(worker for worker in cluster.workers if worker.port != source)
+
+    async def move() -> None:
+        await runbook.psql(
+            cluster.coordinator,
+            DATABASE,
+            "move-shard",
+            company=COMPANY,
+            target_host="127.0.0.1",
+            target_port=target.port,
+        )
+
+    measured = await under_load(service, model, "shard move", move)
+    assert await company_shard(cluster_db) == (shard, target.port)
+    await assert_nothing_lost_or_doubled(cluster_db, measured)
+
+
+async def test_a_rebalance_onto_an_added_node_under_load(
+    cluster_db: ClusterDatabase, service: Service, model: StubLLMServer
+) -> None:
+    cluster = cluster_db.cluster
+    before = await shards_per_node(cluster_db)
+    added: list[int] = []
+
+    async def add_and_rebalance() -> None:
+        worker = await cluster.add_worker(DATABASE)
+        added.append(worker.port)
+        await runbook.psql(cluster.coordinator, DATABASE, "rebalance")
+
+    measured = await under_load(service, model, "rebalance", add_and_rebalance)
+    after = await shards_per_node(cluster_db)
+    group = sum(before.values()) // SHARD_COUNT  # the shards of one group: one per table
+    assert sum(after.values()) == sum(before.values())
+    assert after.get(added[0], 0) > 0, after  # shards moved onto the new node
+    assert max(after.values()) - min(after.values()) <= group, after  # even to a group
+    await assert_nothing_lost_or_doubled(cluster_db, measured)
+
+
+async def test_a_large_company_is_isolated_to_its_own_shards_under_load(
+    cluster_db: ClusterDatabase, service: Service, model: StubLLMServer
+) -> None:
+    shard, _ = await company_shard(cluster_db)
+
+    async def isolate() -> None:
+        await runbook.psql(
+            cluster_db.cluster.coordinator, DATABASE, "isolate-tenant", company=COMPANY
+        )
+
+    measured = await under_load(service, model, "tenant isolation", isolate)
+    isolated, _ = await company_shard(cluster_db)
+    assert isolated != shard
+    conn = await _admin(cluster_db)
+    try:
+        bounds = await conn.fetchrow(
+            "SELECT shardminvalue, shardmaxvalue FROM pg_dist_shard WHERE shardid = $1", isolated
+        )
+    finally:
+        await conn.close()
+    assert bounds is not None
+    assert bounds["shardminvalue"] == bounds["shardmaxvalue"]  # one hash value: the company's
+    await assert_nothing_lost_or_doubled(cluster_db, measured)
