@@ -16,8 +16,9 @@ holds the loaded company's shards, and afterwards:
   its answer named, and the turns per (company, user, chat) are as many as were acknowledged;
 - every job of those users succeeded, none ran twice.
 
-The figures of each operation (duration, saves acknowledged during it, 503s, p50 and p99 of
-the saves' latency while it ran) are printed; `-s` shows them (docs/scaling.md quotes them).
+The figures of each operation are printed (`-s` shows them; docs/scaling.md quotes them): its
+duration, the saves in flight while it ran that were acknowledged, the 503s, and the p50, p99
+and maximum latency of the saves in flight while it ran.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import asyncpg
 import pytest
 
 from app.kit.config import PROJECT_ROOT
+from app.kit.db import is_database_unavailable
 from app.kit.errors import PROBLEM_CONTENT_TYPE
 from tests.helpers import runbook
 from tests.helpers.apps import COMPANY
@@ -41,6 +43,7 @@ from tests.helpers.citus import ClusterDatabase, cluster_database
 from tests.helpers.failover import (
     RETRY_AFTER_SECONDS,
     SUCCESS,
+    Answer,
     Service,
     TurnLoad,
     assert_each_ack_saved_once,
@@ -147,31 +150,36 @@ class Measured:
     load: TurnLoad
     consolidations: int  # model calls made while the operation ran
 
+    def overlapping(self) -> list[Answer]:
+        """The save attempts in flight at some moment while the operation ran: those it may
+        have held up or failed."""
+        return [a for a in self.load.answers if a.started <= self.ended and a.ended >= self.began]
+
     @property
     def during(self) -> list[float]:
-        """The latency of every save attempt sent and answered while the operation ran."""
-        return sorted(
-            a.ended - a.started
-            for a in self.load.answers
-            if a.started >= self.began and a.ended <= self.ended
-        )
+        """The latency of every save attempt in flight while the operation ran."""
+        return sorted(a.ended - a.started for a in self.overlapping())
 
-    def percentile(self, share: float) -> float:
-        during = self.during
-        return during[max(0, math.ceil(share * len(during)) - 1)]
+    @property
+    def before(self) -> list[float]:
+        """The latency of every save attempt answered before the operation began."""
+        return sorted(a.ended - a.started for a in self.load.answers if a.ended < self.began)
+
+    @staticmethod
+    def percentile(latencies: list[float], share: float) -> float:
+        return latencies[max(0, math.ceil(share * len(latencies)) - 1)]
 
     def summary(self) -> str:
-        acked = sum(
-            a.status in SUCCESS
-            for a in self.load.answers
-            if a.started >= self.began and a.ended <= self.ended
-        )
+        acked = sum(a.status in SUCCESS for a in self.overlapping())
         unavailable = sum(a.status == 503 for a in self.load.answers)
         return (
             f"{self.name}: {self.ended - self.began:.1f} s under load; {acked} saves acknowledged"
             f" during it ({len(self.load.acks)} in all), {unavailable} answered 503;"
-            f" latency while it ran p50 {self.percentile(0.5) * 1000:.0f} ms,"
-            f" p99 {self.percentile(0.99) * 1000:.0f} ms, max {self.during[-1] * 1000:.0f} ms;"
+            f" latency while it ran p50 {self.percentile(self.during, 0.5) * 1000:.0f} ms,"
+            f" p99 {self.percentile(self.during, 0.99) * 1000:.0f} ms,"
+            f" max {self.during[-1] * 1000:.0f} ms"
+            f" (before it: p50 {self.percentile(self.before, 0.5) * 1000:.0f} ms,"
+            f" p99 {self.percentile(self.before, 0.99) * 1000:.0f} ms);"
             f" {self.consolidations} model calls while it ran"
         )
 
@@ -205,7 +213,7 @@ async def assert_nothing_lost_or_doubled(cluster_db: ClusterDatabase, measured: 
         if answer.status == 503:
             assert answer.retry_after == str(RETRY_AFTER_SECONDS), answer
             assert answer.content_type == PROBLEM_CONTENT_TYPE, answer
-    assert measured.during, f"no save was sent and answered during the {measured.name}"
+    assert measured.during, f"no save was in flight during the {measured.name}"
     assert measured.consolidations > 0, f"no consolidation ran during the {measured.name}"
     conn = await _admin(cluster_db)
     try:
@@ -294,3 +302,23 @@ async def test_a_large_company_is_isolated_to_its_own_shards_under_load(
     assert bounds is not None
     assert bounds["shardminvalue"] == bounds["shardmaxvalue"]  # one hash value: the company's
     await assert_nothing_lost_or_doubled(cluster_db, measured)
+
+
+@pytest.mark.parametrize(
+    ("message", "unavailable"),
+    [("could not find valid entry for shard 102065", True), ("cache lookup failed", False)],
+)
+async def test_only_a_switched_shard_among_internal_errors_is_a_retryable_unavailability(
+    cluster_db: ClusterDatabase, message: str, unavailable: bool
+) -> None:
+    """Citus's error for a statement whose shard switched under it is answered 503; any other
+    internal error (SQLSTATE XX000) stays a 500."""
+    conn = await _admin(cluster_db)
+    try:
+        with pytest.raises(asyncpg.InternalServerError) as raised:
+            await conn.execute(
+                f"DO $$ BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = 'XX000'; END $$"
+            )
+    finally:
+        await conn.close()
+    assert is_database_unavailable(raised.value) is unavailable
