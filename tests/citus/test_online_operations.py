@@ -1,7 +1,8 @@
 """Online operations on the Citus cluster under load: the runbook's shard move, rebalance after
 adding a node and tenant isolation (docs/scaling.md, run from its blocks by
 `tests/helpers/runbook.py`), each while clients save turns over HTTP to `python -m app serve`
-and its in-process worker consolidates them with the stub model (`tests/helpers/llm_stub.py`).
+and two `python -m app worker` processes consolidate them with the stub model
+(`tests/helpers/llm_stub.py`), claiming through the cluster's claim (`app/jobs/cluster_claim.py`).
 
 The cluster is this module's own (the folder's shared one stays as its other tests expect it):
 a coordinator and two workers, 8 shards per table (Citus's default is 32: 22 co-located tables
@@ -23,11 +24,14 @@ and maximum latency of the saves in flight while it ran.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import signal
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,11 +53,12 @@ from tests.helpers.failover import (
     assert_each_ack_saved_once,
     assert_each_job_ran_once,
     enabled_users,
+    service_env,
     serving,
 )
 from tests.helpers.llm_stub import StubLLMServer, delay, reply
 from tests.helpers.polling import wait_until
-from tests.helpers.worker import add_bullet_answer
+from tests.helpers.worker import add_bullet_answer, logged_jobs, start_worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +78,9 @@ SERVE_ENV = {
     "RATE_LIMIT_TURNS_USER": "off",
     "RATE_LIMIT_TURNS_COMPANY": "off",
     "QUOTA_USER_QUEUED_JOBS": "0",
+    "WORKER_ENABLED": "false",  # the worker processes below consolidate
 }
+WORKER_PROCESSES = 2
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +110,38 @@ async def service(
 ) -> AsyncIterator[Service]:
     env = SERVE_ENV | {"OPENAI_BASE_URL": model.base_url}
     (workdir / "serve").mkdir()
-    async with serving(cluster_db.url, workdir / "serve", env) as served:
+    async with (
+        serving(cluster_db.url, workdir / "serve", env) as served,
+        worker_processes(cluster_db.url, workdir, env),
+    ):
         yield served
+
+
+@asynccontextmanager
+async def worker_processes(
+    database_url: str, workdir: Path, env: dict[str, str]
+) -> AsyncIterator[None]:
+    """`WORKER_PROCESSES` processes of `python -m app worker` on the cluster until the block
+    ends; then each must have finished jobs: both claimed, side by side, through every
+    operation."""
+    logs, processes = [], []
+    try:
+        for n in range(WORKER_PROCESSES):
+            own = workdir / f"worker-{n}"
+            own.mkdir()
+            worker_env = service_env(database_url, own) | env | {"LOG_LEVEL": "INFO"}
+            logs.append(own / "worker.log")
+            processes.append(await start_worker_process(worker_env, logs[-1]))
+        yield
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            await asyncio.wait_for(process.wait(), 30)
+    finished = [len(logged_jobs(log)) for log in logs]
+    print(f"jobs finished per worker process: {finished}")
+    assert all(finished), finished
 
 
 # --- the operations, as the runbook writes them ------------------------------------------------

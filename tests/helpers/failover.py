@@ -45,7 +45,9 @@ PROBE_INTERVAL_SECONDS = 0.05
 SUCCESS = frozenset({201, 202})
 
 
-def _serve_env(database_url: str, workdir: Path) -> dict[str, str]:
+def service_env(database_url: str, workdir: Path) -> dict[str, str]:
+    """The environment of a `python -m app serve` (or `worker`) these tests start on
+    `database_url`: the static test key, the offline rules, fast polls, a 5 s lease."""
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(PROJECT_ROOT),
@@ -98,7 +100,7 @@ async def serving(
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "app", "serve", "--port", str(port)),
             cwd=workdir,  # no .env of the project is read
-            env=_serve_env(database_url, workdir) | dict(env or {}),
+            env=service_env(database_url, workdir) | dict(env or {}),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
