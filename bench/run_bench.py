@@ -39,6 +39,9 @@ pools of 10), `tracing-off` (nothing configured, as `ours`: the noise floor besi
 `tracing-0pct` (tracing on, nothing sampled: what every request pays for it being on),
 `tracing-10pct` (traces sampled at 10 %, exported over OTLP/HTTP to a local sink that counts and
 discards them, bench/otlp_sink.py).
+--citus adds `citus`: the same service on a Citus cluster started for the run (a coordinator and
+two workers on this machine, bench/citus_cluster.py), seeded alike, measured in the same runs
+as `ours` on the single PostgreSQL; the variant table gives cluster / one node.
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -80,6 +83,7 @@ from app.kit.auth import Principal, issue_token
 from app.kit.config import Settings
 from app.profiles.document import parse
 from bench import explain
+from bench.citus_cluster import BenchCluster
 from bench.otlp_sink import OtlpSink
 from bench.seed import (
     COMPANY,
@@ -433,6 +437,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "turn-batch-1": {"TURN_BATCH_IN_FLIGHT": "1"},
     # every request verifies its token's signature again
     "no-token-cache": {"JWT_CACHE_SIZE": "0"},
+    # the default settings on a Citus cluster of the run's own (`--citus`)
+    "citus": {},
     # no rate limit at all: "ours" minus the limiter's work, to measure what the limits cost
     "no-rate-limits": dict.fromkeys(RATE_LIMIT_SETTINGS, "off"),
     # no quota of waiting jobs per user: every turn queues a job of its own, as before quotas
@@ -922,8 +928,10 @@ def measure_one(
     """One wrk run, with the server's CPU and its database's new connections around it."""
     database = REFERENCE_DB if target.server == "ref" else OURS_DB
     if target.key == "turns" and target.server != "ref" and not setup.backlog:
-        asyncio.run(finish_waiting_jobs(setup.ours_url))
-    before = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
+        asyncio.run(finish_waiting_jobs(setup.admin_dsns.get(target.server, setup.ours_url)))
+    # a variant on a database of its own: the local server's statistics are not its
+    local = target.server not in setup.admin_dsns
+    before = asyncio.run(database_sessions(setup.admin_dsn)).get(database) if local else None
     cpu_before = process_cpu_seconds(server.process.pid)
     database_before = database_cpu_seconds()
     machine_before = machine_cpu_seconds()
@@ -932,7 +940,7 @@ def measure_one(
     cpu_after = process_cpu_seconds(server.process.pid)
     database_after = database_cpu_seconds()
     time.sleep(STATS_SETTLE_SECONDS)  # backends report their statistics when idle, late
-    after = asyncio.run(database_sessions(setup.admin_dsn)).get(database)
+    after = asyncio.run(database_sessions(setup.admin_dsn)).get(database) if local else None
     memory = process_memory_mb(server.process.pid)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     database_cpu = (
@@ -1138,6 +1146,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="let our queue grow over the runs (no worker): turn-saves past the quota of "
         "waiting jobs coalesce; by default every turn-save run starts with no job waiting",
     )
+    parser.add_argument(
+        "--citus",
+        action="store_true",
+        help="also our service on a Citus cluster started for the run (coordinator and two "
+        "workers on this machine), beside ours on the single PostgreSQL",
+    )
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
     parser.add_argument(
@@ -1176,6 +1190,9 @@ class Setup:
     pairs: list[str]
     profile_tokens: int
     backlog: bool = False
+    # a variant's own database (`--citus`): its service's URL, and the admin's
+    urls: dict[str, str] = field(default_factory=dict)
+    admin_dsns: dict[str, str] = field(default_factory=dict)
 
 
 # What a worker that keeps up leaves between turn-save runs: no job of ours waiting. Without it
@@ -1200,8 +1217,9 @@ async def finish_waiting_jobs(dsn: str) -> int:
     return int(done.split()[-1])
 
 
-def prepare(args: argparse.Namespace, wrk: str) -> Setup:
-    """(Re)create and seed both scratch databases; write the request lists."""
+def prepare(args: argparse.Namespace, wrk: str, cluster: BenchCluster | None = None) -> Setup:
+    """(Re)create and seed both scratch databases (and ours on `cluster`); write the request
+    lists."""
     admin_url = os.environ.get("DATABASE_URL") or DEFAULT_ADMIN_URL
     admin_dsn = plain_dsn(admin_url)
     ours_url = plain_dsn(admin_url, OURS_DB)
@@ -1234,7 +1252,17 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
         f"{profile_tokens:,} tokens; {HISTORY_MESSAGES} messages of 512 chars per chat",
         flush=True,
     )
-    variants = ["ours", *(v for v in args.variants if v != "ours")]
+    variants = ["ours", *(v for v in args.variants if v not in ("ours", "citus"))]
+    urls, admin_dsns = {}, {}
+    if cluster is not None:
+        started = time.monotonic()
+        asyncio.run(seed_ours(cluster.admin_dsn, settings, args.users))
+        print(
+            f"  ours seeded on the Citus cluster in {time.monotonic() - started:.1f} s",
+            flush=True,
+        )
+        variants.append("citus")
+        urls["citus"], admin_dsns["citus"] = cluster.service_dsn, cluster.admin_dsn
     return Setup(
         wrk=wrk,
         admin_dsn=admin_dsn,
@@ -1245,6 +1273,8 @@ def prepare(args: argparse.Namespace, wrk: str) -> Setup:
         pairs=[p for p in PAIR_TITLES if p in args.only],
         profile_tokens=profile_tokens,
         backlog=args.backlog,
+        urls=urls,
+        admin_dsns=admin_dsns,
     )
 
 
@@ -1253,7 +1283,7 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
     version = code_version()  # what the servers are about to import
     servers["ref"] = start_reference(setup.reference_dsn, RUN_DIR)
     for variant in setup.variants:
-        servers[variant] = start_ours(variant, setup.ours_url, RUN_DIR)
+        servers[variant] = start_ours(variant, setup.urls.get(variant, setup.ours_url), RUN_DIR)
     print(
         "servers: " + ", ".join(f"{n} {s.url}" for n, s in servers.items()) + f"; {version}",
         flush=True,
@@ -1263,10 +1293,14 @@ def compare(args: argparse.Namespace, setup: Setup, servers: dict[str, Server]) 
         raise BenchError("pre-flight check failed:\n  " + "\n  ".join(problems))
     print("pre-flight: every call answers as expected (200/202, memory and history in)")
 
+    load_before = os.getloadavg()
     measurements = measure(args, setup, servers)
+    load_after = os.getloadavg()
     report = [
         f"\n## Results {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {version}: medians of "
-        f"{args.runs} runs of {args.duration:g} s, wrk -t1, {args.users:,} users\n",
+        f"{args.runs} runs of {args.duration:g} s, wrk -t1, {args.users:,} users; load "
+        f"average (1 min) {load_before[0]:.2f} before the runs, {load_after[0]:.2f} after, "
+        f"{os.cpu_count()} cores\n",
         render_table(measurements, setup, args.connections),
     ]
     if len(setup.variants) > 1:
@@ -1320,8 +1354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     servers: dict[str, Server] = {}
     started = time.monotonic()
     status = 1
+    cluster: BenchCluster | None = None
     try:
-        setup = prepare(args, wrk)
+        if args.citus:
+            print("starting a Citus cluster (coordinator and two workers) ...", flush=True)
+            cluster = BenchCluster.start(RUN_DIR, OURS_DB)
+        setup = prepare(args, wrk, cluster)
         if args.profile:
             report = profile_ours(args, setup)
             print("\n" + report)
@@ -1329,7 +1367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = 0
         else:
             status = compare(args, setup, servers)
-    except BenchError as error:
+    except (BenchError, RuntimeError) as error:
         print(f"bench: {error}", file=sys.stderr)
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
@@ -1346,6 +1384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"dropped {OURS_DB} and {REFERENCE_DB}")
             except (OSError, asyncpg.PostgresError) as error:
                 print(f"bench: could not drop {OURS_DB}, {REFERENCE_DB}: {error}", file=sys.stderr)
+        if cluster is not None:
+            cluster.stop()
+            print("stopped the Citus cluster")
         print(f"wall time {time.monotonic() - started:.0f} s")
     return status
 

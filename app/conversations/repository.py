@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.conversations.modes import Message, MessageSource, Role
 from app.kit.auth import Principal
-from app.kit.citus import across_companies
+from app.kit.citus import across_companies, bound_to_citus, on_company_node
+from app.kit.db import positional
 
 
 @dataclass(frozen=True)
@@ -77,29 +78,64 @@ def user_history_lock_key(company_id: str, user_id: str) -> str:
 
 
 _LOCK_USER_HISTORY = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+_LOCK_USER_HISTORY_SHARED = text("SELECT pg_advisory_xact_lock_shared(hashtextextended(:key, 0))")
+# On a Citus coordinator, the same locks taken on the company's node, where the turn-save's
+# company function takes them (its keys are taken nowhere else: docs/scaling.md)
+_LOCK_USER_HISTORY_ON_CITUS = text(
+    on_company_node(
+        "lock_user_history",
+        positional("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0)) IS NOT NULL AS held"),
+        in_transactions=True,
+    ).named_call
+)
+_LOCK_USER_HISTORY_SHARED_ON_CITUS = text(
+    on_company_node(
+        "lock_user_history_shared",
+        positional(
+            "SELECT pg_advisory_xact_lock_shared(hashtextextended(:key, 0)) IS NOT NULL AS held"
+        ),
+        in_transactions=True,
+    ).named_call
+)
 
 
-async def lock_user_history(session: AsyncSession, company_id: str, user_id: str) -> None:
+async def lock_user_history(
+    session: AsyncSession | AsyncConnection, company_id: str, user_id: str, *, shared: bool = False
+) -> None:
     """Wait until no turn of the user is being written, and keep new ones out until the
-    caller's transaction ends.
+    caller's transaction ends; `shared`, wait only for an erasure of the user.
 
     Every turn write holds the same lock shared (`TURN_LOCKS_CTE`), from before it writes until
     it commits. The eraser takes it before it deletes anything: each statement it runs after
     that sees every turn written before, with its messages and its job; and a turn write that
     arrives meanwhile waits for the erasure to commit, then writes after it.
+
+    On a Citus coordinator it is taken on the node of the company's shards, as the turn write's
+    company function takes it (app/kit/citus.py).
     """
-    key = user_history_lock_key(company_id, user_id)
-    await session.execute(_LOCK_USER_HISTORY, {"key": key})
+    params = {"company_id": company_id, "key": user_history_lock_key(company_id, user_id)}
+    if await bound_to_citus(session):
+        lock = _LOCK_USER_HISTORY_SHARED_ON_CITUS if shared else _LOCK_USER_HISTORY_ON_CITUS
+    else:
+        lock = _LOCK_USER_HISTORY_SHARED if shared else _LOCK_USER_HISTORY
+    await session.execute(lock, params)
 
 
 # --- the turn write, as fragments of the turn-save's one statement (composed in app/turns) ------
 
-_TURN_LOCKS: Final = """turn_locks AS MATERIALIZED (
+_TURN_LOCKS_SELECT: Final = """
     SELECT pg_advisory_xact_lock_shared(hashtextextended(:user_lock_key, 0)) IS NOT NULL
                AS user_held,
            pg_advisory_xact_lock(hashtextextended(:chat_lock_key, 0)) IS NOT NULL
-               AS chat_held{source}
-)"""
+               AS chat_held"""
+_TURN_LOCKS: Final = f"turn_locks AS MATERIALIZED ({_TURN_LOCKS_SELECT}{{source}}\n)"
+
+TURN_LOCKS_ON_COMPANY_NODE: Final = on_company_node(
+    "turn_locks", positional(_TURN_LOCKS_SELECT), in_transactions=True
+).call
+"""On a Citus coordinator, inside a transaction block: the locks of `TURN_LOCKS_CTE` taken on the
+company's node, in a statement of their own before the write (whose company function Citus
+delegates only outside a transaction block; docs/scaling.md)."""
 
 TURN_LOCKS_CTE: Final = "\nWITH " + _TURN_LOCKS.format(source="")
 """The first entry of a turn write's `WITH`: the user's history lock, shared (see

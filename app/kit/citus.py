@@ -12,6 +12,11 @@ Order: reference tables first (a company table may reference one), then the comp
 parents first (`MetaData.sorted_tables`: a foreign key between company tables includes
 `company_id`, so both ends are co-located), each co-located with the first.
 
+Then the company functions (`on_company_node`): each hot statement of the request path that
+Citus would split into steps becomes, on a Citus coordinator only, a PL/pgSQL function that runs
+it, distributed by its company argument and co-located with the company tables, so that Citus
+sends a call whole to the node holding that company's shards.
+
 At run time: `runs_citus` tells (once per engine) whether a statement's Citus variant is needed,
 and `across_companies` surrounds the few statements that must reach every company's shard
 (docs/scaling.md lists them).
@@ -19,8 +24,10 @@ and `across_companies` surrounds the few statements that must reach every compan
 
 from __future__ import annotations
 
+import hashlib
+import re
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -47,6 +54,7 @@ class Outcome:
     citus: bool
     referenced: list[str] = field(default_factory=list)
     distributed: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
 
 
 def company_tables(metadata: MetaData) -> tuple[Table, ...]:
@@ -66,13 +74,21 @@ async def is_citus(conn: AsyncConnection) -> bool:
     return bool(found)
 
 
-async def distribute(url: str, metadata: MetaData) -> Outcome:
+async def distribute(
+    url: str, metadata: MetaData, functions: Iterable[CompanyStatement] | None = None
+) -> Outcome:
     """Distribute the company tables and replicate the others on the Citus coordinator at
-    `url` (`postgresql+asyncpg://`); a no-op without the extension."""
+    `url` (`postgresql+asyncpg://`), then create and distribute the company functions
+    (`functions`, by default every statement registered with `on_company_node`) and drop
+    those of statements that are no longer; a no-op without the extension."""
     engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
-            return await _distribute(conn, plan(metadata))
+            outcome = await _distribute(conn, plan(metadata))
+            if outcome.citus:
+                wanted = _COMPANY_STATEMENTS.values() if functions is None else functions
+                outcome.functions = await _create_functions(conn, list(wanted))
+            return outcome
     finally:
         await engine.dispose()
 
@@ -110,6 +126,176 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
     return outcome
 
 
+# --- statements Citus runs whole on the company's node ----------------------------------------
+
+FUNCTION_PREFIX: Final = "cms_company_"
+COLOCATE_WITH: Final = "turns"
+_COMPANY_TYPE: Final = "varchar"  # the type of every `company_id` column
+_FUNCTION_FORM: Final = "1"  # part of each function's name: changes when the form below does
+
+
+@dataclass(frozen=True)
+class CompanyStatement:
+    """A statement pinned to one company (its `company_id` parameter) that Citus would split
+    into steps, coordinator and worker trading rows between them: INSERTs inside CTEs, tables
+    outer-joined to `(SELECT 1)`. On a Citus coordinator it runs inside a function of its own
+    (`function`: `RETURN QUERY` of the statement, its parameters the function's arguments in
+    order, its columns the function's), distributed by its `company_id` argument and
+    co-located with the company tables: `call` (`SELECT * FROM function($1, ...)`, the same
+    arguments), sent outside a transaction block, goes whole to the node holding the company's
+    shards, and the statement runs there, each of its steps on local shards; its advisory locks
+    are taken on that node.
+
+    Inside a transaction block Citus delegates a call only with `force_delegation`, and then
+    requires every query of the function to compare the distribution column with the very
+    constant of the call (`equal()` of the two: type, typmod and collation), which a
+    `varchar(128)` column never matches (the column's constant carries its typmod and no
+    collation). So only `in_transactions` statements, which read no table (the locks), are
+    distributed with `force_delegation`; a caller in a transaction block sends the others'
+    plain form. A statement without a `company_id` parameter (a lock) gets one as its first
+    argument: the node it runs on."""
+
+    label: str
+    sql: str
+    names: tuple[str, ...]
+    in_transactions: bool = False
+
+    @property
+    def function(self) -> str:
+        """The function's name: the label and a digest of the statement, so that a changed
+        statement is a new function (and `distribute` drops the old one)."""
+        form = f"{_FUNCTION_FORM}\x1f{self.in_transactions}\x1f{self.sql}"
+        digest = hashlib.sha256(form.encode()).hexdigest()[:12]
+        return f"{FUNCTION_PREFIX}{self.label}_{digest}"
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The call's arguments by name, in order."""
+        if DISTRIBUTION_COLUMN in self.names:
+            return self.names
+        return (DISTRIBUTION_COLUMN, *self.names)
+
+    @property
+    def named_call(self) -> str:
+        """`call` with `:name` parameters (a SQLAlchemy `text()`)."""
+        return f"SELECT * FROM {self.function}({', '.join(f':{n}' for n in self.arguments)})"  # noqa: S608
+
+    @property
+    def call(self) -> tuple[str, tuple[str, ...]]:
+        """The call's SQL and its arguments by name, as `app.kit.db.positional` gives them."""
+        placeholders = ", ".join(f"${n}" for n in range(1, len(self.arguments) + 1))
+        return f"SELECT * FROM {self.function}({placeholders})", self.arguments  # noqa: S608
+
+
+_COMPANY_STATEMENTS: Final[dict[str, CompanyStatement]] = {}
+
+
+def on_company_node(
+    label: str, statement: tuple[str, tuple[str, ...]], *, in_transactions: bool = False
+) -> CompanyStatement:
+    """Register `statement` (SQL with `$n` parameters and their names, from `positional`) as a
+    company function named after `label` (unique, `[a-z_]`), which `distribute` creates on a
+    Citus coordinator; the caller sends `call` there, `statement` elsewhere.
+    `in_transactions`: delegated inside transaction blocks too (a statement without tables)."""
+    sql, names = statement
+    made = CompanyStatement(label, sql, names, in_transactions)
+    known = _COMPANY_STATEMENTS.setdefault(label, made)
+    if known != made:
+        raise ValueError(f"two statements registered as {label!r}")
+    return made
+
+
+def company_statements() -> tuple[CompanyStatement, ...]:
+    """Every statement registered with `on_company_node` (the modules that register them are
+    imported by `app.models`, so that `distribute` sees them all)."""
+    return tuple(_COMPANY_STATEMENTS.values())
+
+
+_FUNCTIONS_KNOWN = text(
+    "SELECT p.proname, p.oid::regprocedure::text AS signature,"
+    " d.objid IS NOT NULL AS distributed"
+    " FROM pg_proc p LEFT JOIN pg_dist_object d"
+    "   ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid"
+    " WHERE p.proname LIKE :prefix"
+)
+_TYPE_NAMES = (
+    "SELECT format_type(t, NULL) FROM unnest($1::oid[]) WITH ORDINALITY AS u(t, n) ORDER BY n"
+)
+
+
+async def _create_functions(conn: AsyncConnection, statements: list[CompanyStatement]) -> list[str]:
+    """Create and distribute the function of each of `statements` that is not yet, drop the
+    company functions no statement names any more; the functions created."""
+    rows = (await conn.execute(_FUNCTIONS_KNOWN, {"prefix": f"{FUNCTION_PREFIX}%"})).all()
+    known = {name: distributed for name, _, distributed in rows}
+    wanted = {statement.function for statement in statements}
+    for name, signature, _ in rows:
+        if name not in wanted:
+            await conn.execute(text(f"DROP FUNCTION IF EXISTS {signature}"))
+    created = []
+    for statement in statements:
+        if known.get(statement.function):
+            continue
+        await conn.execute(text(await _function_ddl(conn, statement)))
+        argument = statement.arguments.index(DISTRIBUTION_COLUMN) + 1
+        await conn.execute(
+            text(
+                "SELECT create_distributed_function(:function, :argument,"
+                " colocate_with => :colocate, force_delegation => :force)"
+            ),
+            {
+                "function": await _signature(conn, statement.function),
+                "argument": f"${argument}",
+                "colocate": COLOCATE_WITH,
+                "force": statement.in_transactions,
+            },
+        )
+        created.append(statement.function)
+    return created
+
+
+async def _function_ddl(conn: AsyncConnection, statement: CompanyStatement) -> str:
+    """`CREATE OR REPLACE FUNCTION` of `statement`: its parameters' and columns' types are
+    the database's own (the statement described, as the driver prepares it)."""
+    raw = (await conn.get_raw_connection()).driver_connection
+    if raw is None:
+        raise RuntimeError("no driver connection under the distribution's connection")
+    described = await raw.prepare(statement.sql)
+    parameters = [p.oid for p in described.get_parameters()]
+    columns = [(a.name, a.type.oid) for a in described.get_attributes()]
+    types = [t for (t,) in await raw.fetch(_TYPE_NAMES, [*parameters, *(c for _, c in columns)])]
+    parameter_types, column_types = types[: len(parameters)], types[len(parameters) :]
+    if DISTRIBUTION_COLUMN not in statement.names:
+        parameter_types.insert(0, _COMPANY_TYPE)
+    else:  # the co-location needs the distribution column's type
+        parameter_types[statement.names.index(DISTRIBUTION_COLUMN)] = _COMPANY_TYPE
+    body = statement.sql
+    if DISTRIBUTION_COLUMN not in statement.names:  # the first argument is the node's company
+        body = _shift_parameters(body)
+    arguments = ", ".join(f"a{n} {t}" for n, t in enumerate(parameter_types, start=1))
+    returns = ", ".join(f'"{name}" {t}' for (name, _), t in zip(columns, column_types, strict=True))
+    # the statement and its described types, never user input
+    return (
+        f"CREATE OR REPLACE FUNCTION {statement.function}({arguments})"
+        f" RETURNS TABLE ({returns}) LANGUAGE plpgsql VOLATILE"
+        " AS $function$\n#variable_conflict use_column\n"
+        f"BEGIN\nRETURN QUERY {body};\nEND\n$function$"
+    )
+
+
+def _shift_parameters(sql: str) -> str:
+    """`$n` as `$(n+1)`: the statement's parameters after the company's argument."""
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 1}", sql)
+
+
+async def _signature(conn: AsyncConnection, function: str) -> str:
+    found = await conn.scalar(
+        text("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = :name"),
+        {"name": function},
+    )
+    return str(found)
+
+
 # --- statements that reach every company -------------------------------------------------------
 
 ACROSS_COMPANIES_SQL: Final = "SET LOCAL citus.multi_task_query_log_level = 'off'"
@@ -127,13 +313,18 @@ async def across_companies(conn: AsyncSession | AsyncConnection) -> AsyncIterato
     them, both transaction-local (`SET LOCAL`). On plain PostgreSQL nothing is sent (after the
     engine's one question, `runs_citus`). Each caller says why its statements reach every
     company."""
-    engine = _engine_of(conn)
-    on_citus = engine is not None and await runs_citus(engine)
+    on_citus = await bound_to_citus(conn)
     if on_citus:
         await conn.execute(_ACROSS_COMPANIES)
     yield
     if on_citus:
         await conn.execute(_BACK_TO_ONE_COMPANY)
+
+
+async def bound_to_citus(bind: AsyncSession | AsyncConnection | AsyncEngine) -> bool:
+    """`runs_citus` for the engine of `bind` (a session, connection or engine)."""
+    engine = _engine_of(bind)
+    return engine is not None and await runs_citus(engine)
 
 
 def _engine_of(bind: object) -> AsyncEngine | None:

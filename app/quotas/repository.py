@@ -11,7 +11,7 @@ from typing import Any, Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from app.conversations.repository import user_history_lock_key
+from app.conversations.repository import lock_user_history
 from app.kit.citus import across_companies
 from app.quotas.rule import Quota, StoredUsage
 
@@ -109,8 +109,6 @@ WHERE m.quota = :quota
   )
 """)
 
-_LOCK_USER_HISTORY_SHARED = text("SELECT pg_advisory_xact_lock_shared(hashtextextended(:key, 0))")
-
 # Only while the user still has history: an erasure that committed meanwhile leaves no mark.
 _MARK_USER = text("""
 INSERT INTO user_quota_marks (company_id, user_id, quota, used, quota_limit, checked_at)
@@ -146,8 +144,7 @@ async def mark_users(
         written = int((await conn.execute(_UNMARK_USERS, params)).rowcount)
     for usage in over:
         async with engine.begin() as conn:
-            key = user_history_lock_key(usage.company_id, usage.user_id)
-            await conn.execute(_LOCK_USER_HISTORY_SHARED, {"key": key})
+            await lock_user_history(conn, usage.company_id, usage.user_id, shared=True)
             mark = {
                 "company_id": usage.company_id,
                 "user_id": usage.user_id,

@@ -73,7 +73,7 @@ class TurnBatcher:
         self._connect = connect
         self._citus = citus
         """Whether the database is a Citus coordinator (asked at the first batch, then known):
-        the batch statement has a form for it."""
+        both statements have a form for it."""
         self._limits = limits
         self._max_batch = max_batch
         self._max_in_flight = in_flight
@@ -121,11 +121,13 @@ class TurnBatcher:
     async def _write(self, batch: list[_Waiting]) -> None:
         turns = [waiting.turn for waiting in batch]
         try:
+            citus = self._citus is not None and await self._citus()
             async with self._connect() as conn:
                 if len(turns) == 1:
-                    results = [await save_common_turn(conn, turns[0], limits=self._limits)]
+                    results = [
+                        await save_common_turn(conn, turns[0], limits=self._limits, citus=citus)
+                    ]
                 else:
-                    citus = self._citus is not None and await self._citus()
                     results = await save_common_turns(conn, turns, limits=self._limits, citus=citus)
             for waiting, result in zip(batch, results, strict=True):
                 _settle(waiting.done, result)

@@ -34,6 +34,7 @@ from app.folders.service import actor_of
 from app.jobs.enqueue import NewJob, enqueue_job_once
 from app.jobs.queue import JobPayload
 from app.kit.auth import Principal
+from app.kit.citus import runs_citus
 from app.kit.config import Settings
 from app.kit.db import Database
 from app.kit.tokens import TokenCounter, TokenCounters, utf8_bound
@@ -119,6 +120,7 @@ async def load_context(
     messages = [m.to_message() for m in request.messages]
     placeholder = placeholder_messages(request.placeholder_history)
     plan = plan_history(request.history_mode, messages, placeholder)
+    citus = await runs_citus(database.engine)  # asked once per engine, then known
     async with database.driver.connection() as conn:
         row = await repository.select_context(
             conn,
@@ -126,6 +128,7 @@ async def load_context(
             request.space_id,
             call.chat_id,
             history_limit=settings.history_max_messages if plan.load else None,
+            citus=citus,
         )
     inputs = row.settings
     decision = effective_enablement(inputs.flags, inputs.space.state, inputs.user)

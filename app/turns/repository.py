@@ -25,6 +25,7 @@ from app.conversations.repository import (
     HISTORY_JOIN,
     IDEMPOTENCY_RECORD_CTE,
     TURN_LOCKS_CTE,
+    TURN_LOCKS_ON_COMPANY_NODE,
     TURN_ROWS_CTE,
     NewIdempotencyRecord,
     NewMessage,
@@ -63,7 +64,7 @@ from app.jobs.enqueue import (
     waiting_params,
 )
 from app.kit.auth import Principal
-from app.kit.citus import across_companies
+from app.kit.citus import across_companies, on_company_node
 from app.kit.db import positional
 from app.kit.errors import RetryableConflict
 from app.profiles.repository import (
@@ -108,26 +109,31 @@ FROM (SELECT 1) AS one
 
 _CONTEXT_WITH_HISTORY = _context_select(with_history=True)
 _CONTEXT_WITHOUT_HISTORY = _context_select(with_history=False)
+# on a Citus coordinator: the calls of their company functions (app/kit/citus.py)
+_CONTEXT_WITH_HISTORY_CALL = on_company_node("context", _CONTEXT_WITH_HISTORY).call
+_CONTEXT_WITHOUT_HISTORY_CALL = on_company_node("context_no_history", _CONTEXT_WITHOUT_HISTORY).call
 
 
-async def select_context(
+async def select_context(  # noqa: PLR0913 - the call's values, then how to send it
     conn: asyncpg.Connection,
     principal: Principal,
     space_id: str,
     chat_id: str,
     *,
     history_limit: int | None,
+    citus: bool = False,
 ) -> ContextRow:
     """Everything `/context` needs, in ONE statement: both company flags, the space and user
     settings, the head profile version (content and stored tokens), the folder holding it with
     its parent and both ACLs, and, when `history_limit` is given, the newest `history_limit`
-    stored messages of the chat with their stored token counts.
+    stored messages of the chat with their stored token counts. `citus`: the database is a
+    Citus coordinator (the statement's company function, run whole on the company's node).
     """
     params = enablement_params(principal.company_id, principal.user_id, space_id)
     if history_limit is None:
-        sql, names = _CONTEXT_WITHOUT_HISTORY
+        sql, names = _CONTEXT_WITHOUT_HISTORY_CALL if citus else _CONTEXT_WITHOUT_HISTORY
     else:
-        sql, names = _CONTEXT_WITH_HISTORY
+        sql, names = _CONTEXT_WITH_HISTORY_CALL if citus else _CONTEXT_WITH_HISTORY
         params |= {"chat_id": chat_id, "history_limit": history_limit}
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     return ContextRow(
@@ -179,15 +185,20 @@ LEFT JOIN idempotency_keys k
 
 _TURN_SETTINGS = _turn_settings(with_waiting=False)
 _TURN_SETTINGS_WITH_WAITING = _turn_settings(with_waiting=True)
+_TURN_SETTINGS_CALL = on_company_node("turn_settings", _TURN_SETTINGS).call
+_TURN_SETTINGS_WITH_WAITING_CALL = on_company_node(
+    "turn_settings_waiting", _TURN_SETTINGS_WITH_WAITING
+).call
 
 
-async def select_turn_settings(
+async def select_turn_settings(  # noqa: PLR0913 - the call's values, then how to send it
     conn: asyncpg.Connection,
     principal: Principal,
     space_id: str,
     idempotency_key: str | None,
     *,
     waiting_under: QuotaLimits | None = None,
+    citus: bool = False,
 ) -> TurnSettingsRow:
     """The enablement inputs, whether the per-user folder exists, the live idempotency record
     of `idempotency_key` (expired records read as absent) and the caller's quota marks, in ONE
@@ -195,7 +206,8 @@ async def select_turn_settings(
     waiting consolidation jobs, counted up to its `user_queued_jobs` over the index of an
     owner's waiting jobs (`ix_jobs_waiting_owner`, which matches all three of its equalities,
     so that even a plan made on stale statistics takes it), with the job a turn would be
-    coalesced into once that is reached.
+    coalesced into once that is reached. `citus`: as `select_context`'s, outside a transaction
+    block (inside one, Citus would run the function on the coordinator: the statement is sent).
 
     Run it after `try_lock_idempotency_key`: as a new statement it sees a record committed by
     the previous holder of the lock even if that commit happened just before we got it.
@@ -205,11 +217,12 @@ async def select_turn_settings(
         "folder_path": user_folder_path(user_id),
         "idempotency_key": idempotency_key,
     }
-    sql, names = _TURN_SETTINGS
+    delegated = citus and not conn.is_in_transaction()  # see `on_company_node`
+    sql, names = _TURN_SETTINGS_CALL if delegated else _TURN_SETTINGS
     if waiting_under is not None:
         quota, max_turns = waiting_under.user_queued_jobs, waiting_under.job_max_turns
         params |= waiting_params(CONSOLIDATION, quota, max_turns)
-        sql, names = _TURN_SETTINGS_WITH_WAITING
+        sql, names = _TURN_SETTINGS_WITH_WAITING_CALL if delegated else _TURN_SETTINGS_WITH_WAITING
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     return _settings_of(row, with_record=True, with_waiting=waiting_under is not None)
 
@@ -284,6 +297,12 @@ _TURN_WRITE = {
     for record in (False, True)
     for traced in ((False, True) if mode != NO_JOB else (False,))
 }
+_TURN_WRITE_CALL = {
+    (mode, record, traced): on_company_node(
+        f"turn_write_{mode}{'_record' if record else ''}{'_traced' if traced else ''}", statement
+    ).call
+    for (mode, record, traced), statement in _TURN_WRITE.items()
+}
 
 
 class TurnWrite(Enum):
@@ -294,13 +313,14 @@ class TurnWrite(Enum):
     JOB_TAKEN = "job taken"  # nothing written: the waiting job was claimed or filled meanwhile
 
 
-async def write_turn(
+async def write_turn(  # noqa: PLR0913 - the call's values, then how to send it
     conn: asyncpg.Connection,
     turn: NewTurn,
     messages: Sequence[NewMessage],
     *,
     job: NewJob | CoalescedItem | None = None,
     record: NewIdempotencyRecord | None = None,
+    citus: bool = False,
 ) -> TurnWrite:
     """Write the turn, its messages (in order) and optionally its job (a new one, or the turn's
     id appended to a waiting job) and idempotency record, in ONE statement (atomic on its own,
@@ -318,7 +338,10 @@ async def write_turn(
     A coalesced turn is written only together with
     its id in the waiting job, which must still be queued (`coalesce_job_cte`): a claim that
     took the job first never loses the turn's consolidation. The job's `trace_parent`, when
-    it has one, is written with it.
+    it has one, is written with it. `citus`: as `select_context`'s (the locks are then taken on
+    the company's node, as every other taker of their keys does there: docs/scaling.md); inside
+    a transaction block the locks are taken there in a statement of their own first, and the
+    statement is sent as it is (its company function would run on the coordinator).
     """
     params = turn_params(turn, messages)
     mode = NO_JOB
@@ -331,7 +354,12 @@ async def write_turn(
     if record is not None:
         params |= record_params(record)
     traced = job is not None and job.trace_parent is not None
-    sql, names = _TURN_WRITE[(mode, record is not None, traced)]
+    delegated = citus and not conn.is_in_transaction()
+    if citus and not delegated:  # the write's locks where every other taker takes them
+        lock_sql, lock_names = TURN_LOCKS_ON_COMPANY_NODE
+        await conn.fetchrow(lock_sql, *[params[name] for name in lock_names])
+    form = (mode, record is not None, traced)
+    sql, names = _TURN_WRITE_CALL[form] if delegated else _TURN_WRITE[form]
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     if not row["planned"]:
         return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN
@@ -416,6 +444,10 @@ FROM settings st LEFT JOIN gate g ON true
 
 
 _COMMON_TURN_SAVE = {traced: _common_turn_save(traced) for traced in (False, True)}
+_COMMON_TURN_SAVE_CALL = {
+    traced: on_company_node(f"common_turn_save{'_traced' if traced else ''}", statement).call
+    for traced, statement in _COMMON_TURN_SAVE.items()
+}
 
 
 @dataclass(frozen=True)
@@ -457,7 +489,7 @@ class CommonTurn:
 
 
 async def save_common_turn(
-    conn: asyncpg.Connection, common: CommonTurn, *, limits: QuotaLimits
+    conn: asyncpg.Connection, common: CommonTurn, *, limits: QuotaLimits, citus: bool = False
 ) -> CommonTurnSave:
     """A turn-save without an Idempotency-Key in ONE statement, when its plan is a common one:
     the settings read of `select_turn_settings` (waiting jobs counted when `limits` has a
@@ -467,8 +499,10 @@ async def save_common_turn(
     user has room in the queue; without a job when memory is off for the turn (unless
     `refuse_skipped`). Anything else (the first turn, which creates the folder; a
     quota refusal; a full queue) writes nothing, and the caller plans with `settings`.
+    `citus`: as `select_context`'s.
     """
-    sql, names = _COMMON_TURN_SAVE[common.job.trace_parent is not None]
+    traced = common.job.trace_parent is not None
+    sql, names = _COMMON_TURN_SAVE_CALL[traced] if citus else _COMMON_TURN_SAVE[traced]
     params = common_turn_params(common, limits)
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     return CommonTurnSave.of(row, limits)
@@ -481,14 +515,17 @@ _COMMON_TURNS_SAVE = common_turns_save(
     GATE_WHERE,
     payload_merge="jsonb_build_object('model', g.model)",
 )
-_COMMON_TURNS_SAVE_ON_CITUS = common_turns_save(
-    SETTINGS_SELECT,
-    DECIDED_COLUMNS,
-    UNDER_MARKS,
-    GATE_WHERE,
-    payload_merge="jsonb_build_object('model', g.model)",
-    folder_lock_in_exists=True,
-)
+_COMMON_TURNS_SAVE_ON_CITUS = on_company_node(
+    "common_turns_save",
+    common_turns_save(
+        SETTINGS_SELECT,
+        DECIDED_COLUMNS,
+        UNDER_MARKS,
+        GATE_WHERE,
+        payload_merge="jsonb_build_object('model', g.model)",
+        folder_lock_in_exists=True,
+    ),
+).call
 
 
 async def save_common_turns(
@@ -501,7 +538,8 @@ async def save_common_turns(
     """`save_common_turn` for each of `commons`, in ONE statement (app/turns/batch_sql.py): each
     turn read, decided and written as its own statement would, all committed together; the
     results in the same order. The turns' jobs must share their kind and attempts. `citus`:
-    the database is a Citus coordinator (the statement's form for it)."""
+    the database is a Citus coordinator (the statement's form for it, in its company function:
+    run whole on the company's node)."""
     sql, names = _COMMON_TURNS_SAVE_ON_CITUS if citus else _COMMON_TURNS_SAVE
     params = common_turns_params(commons, limits)
     rows = await conn.fetch(sql, *[params[name] for name in names])

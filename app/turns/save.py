@@ -47,6 +47,7 @@ from app.conversations.schemas import check_message_limits
 from app.folders.service import ensure_user_folder
 from app.jobs.enqueue import CoalescedItem, NewJob
 from app.kit.auth import Principal
+from app.kit.citus import runs_citus
 from app.kit.config import Settings
 from app.kit.db import Database
 from app.kit.errors import Conflict, Forbidden, QuotaExceeded, RetryableConflict, Unprocessable
@@ -127,7 +128,8 @@ async def save_turn(
         placeholder_history=request.placeholder_history,
         texts=[("response.content", request.response.content)],
     )
-    services = _Services(database, settings, quota_limits(settings))
+    citus = await runs_citus(database.engine)
+    services = _Services(database, settings, quota_limits(settings), citus)
     keyed = submission.idempotency_key is not None
     common: _CommonOutcome | None = None
     if not keyed and batcher is not None:
@@ -152,6 +154,7 @@ class _Services:
     database: Database
     settings: Settings
     limits: QuotaLimits
+    citus: bool  # a Citus coordinator: the statements' forms for it (app/kit/citus.py)
 
 
 _CommonOutcome = TurnOutcome | Literal[TurnWrite.PLAN_AGAIN] | repository.TurnSettingsRow
@@ -179,7 +182,9 @@ async def _save(
     if key is None:
         if common is None:
             turn = _common_turn(services, submission)
-            done = await repository.save_common_turn(conn, turn, limits=services.limits)
+            done = await repository.save_common_turn(
+                conn, turn, limits=services.limits, citus=services.citus
+            )
             common = _common_outcome(submission, turn, done)
         if isinstance(common, TurnOutcome):
             return common
@@ -285,7 +290,12 @@ async def _plan_and_write(
     row = read
     if row is None or (waiting_under is None) != (row.waiting is None):
         row = await repository.select_turn_settings(
-            conn, principal, request.space_id, key, waiting_under=waiting_under
+            conn,
+            principal,
+            request.space_id,
+            key,
+            waiting_under=waiting_under,
+            citus=services.citus,
         )
     if row.record is not None:
         if row.record.request_hash != request_hash:
@@ -322,7 +332,9 @@ async def _plan_and_write(
         record = history.NewIdempotencyRecord(
             key, request_hash, status, body, settings.idempotency_ttl_hours
         )
-    written = await repository.write_turn(conn, turn, messages, job=job, record=record)
+    written = await repository.write_turn(
+        conn, turn, messages, job=job, record=record, citus=services.citus
+    )
     if written is not TurnWrite.WRITTEN:
         return written
     return TurnOutcome(status, body, replayed=False)
