@@ -87,7 +87,8 @@ async def distribute(
             outcome = await _distribute(conn, plan(metadata))
             if outcome.citus:
                 wanted = _COMPANY_STATEMENTS.values() if functions is None else functions
-                outcome.functions = await _create_functions(conn, list(wanted))
+                tables = plan(metadata).distributed
+                outcome.functions = await _create_functions(conn, list(wanted), tables)
             return outcome
     finally:
         await engine.dispose()
@@ -131,7 +132,7 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
 FUNCTION_PREFIX: Final = "cms_company_"
 COLOCATE_WITH: Final = "turns"
 _COMPANY_TYPE: Final = "varchar"  # the type of every `company_id` column
-_FUNCTION_FORM: Final = "1"  # part of each function's name: changes when the form below does
+_FUNCTION_FORM: Final = "2"  # part of each function's name: changes when the form below does
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,9 @@ _TYPE_NAMES = (
 )
 
 
-async def _create_functions(conn: AsyncConnection, statements: list[CompanyStatement]) -> list[str]:
+async def _create_functions(
+    conn: AsyncConnection, statements: list[CompanyStatement], tables: tuple[str, ...]
+) -> list[str]:
     """Create and distribute the function of each of `statements` that is not yet, drop the
     company functions no statement names any more; the functions created."""
     rows = (await conn.execute(_FUNCTIONS_KNOWN, {"prefix": f"{FUNCTION_PREFIX}%"})).all()
@@ -236,7 +239,7 @@ async def _create_functions(conn: AsyncConnection, statements: list[CompanyState
     for statement in statements:
         if known.get(statement.function):
             continue
-        await conn.execute(text(await _function_ddl(conn, statement)))
+        await conn.execute(text(await _function_ddl(conn, statement, tables)))
         argument = statement.arguments.index(DISTRIBUTION_COLUMN) + 1
         await conn.execute(
             text(
@@ -254,9 +257,12 @@ async def _create_functions(conn: AsyncConnection, statements: list[CompanyState
     return created
 
 
-async def _function_ddl(conn: AsyncConnection, statement: CompanyStatement) -> str:
+async def _function_ddl(
+    conn: AsyncConnection, statement: CompanyStatement, tables: tuple[str, ...]
+) -> str:
     """`CREATE OR REPLACE FUNCTION` of `statement`: its parameters' and columns' types are
-    the database's own (the statement described, as the driver prepares it)."""
+    the database's own (the statement described, as the driver prepares it); its body is
+    `_shard_body` when the statement reads company tables (`tables`)."""
     raw = (await conn.get_raw_connection()).driver_connection
     if raw is None:
         raise RuntimeError("no driver connection under the distribution's connection")
@@ -269,18 +275,85 @@ async def _function_ddl(conn: AsyncConnection, statement: CompanyStatement) -> s
         parameter_types.insert(0, _COMPANY_TYPE)
     else:  # the co-location needs the distribution column's type
         parameter_types[statement.names.index(DISTRIBUTION_COLUMN)] = _COMPANY_TYPE
-    body = statement.sql
-    if DISTRIBUTION_COLUMN not in statement.names:  # the first argument is the node's company
-        body = _shift_parameters(body)
     arguments = ", ".join(f"a{n} {t}" for n, t in enumerate(parameter_types, start=1))
     returns = ", ".join(f'"{name}" {t}' for (name, _), t in zip(columns, column_types, strict=True))
+    used = _tables_of(statement.sql, tables)
+    if used:
+        identities = await raw.fetch(_IDENTITIES, list(used))
+        sequences = {table: (column, sequence) for table, column, sequence in identities}
+        body = _shard_body(statement, used, sequences)
+    else:  # the first argument is the node's company, the statement's own come after it
+        body = f"BEGIN\nRETURN QUERY {_shift_parameters(statement.sql)};\nEND"
     # the statement and its described types, never user input
     return (
         f"CREATE OR REPLACE FUNCTION {statement.function}({arguments})"
         f" RETURNS TABLE ({returns}) LANGUAGE plpgsql VOLATILE"
-        " AS $function$\n#variable_conflict use_column\n"
-        f"BEGIN\nRETURN QUERY {body};\nEND\n$function$"
+        f" AS $function$\n#variable_conflict use_column\n{body}\n$function$"
     )
+
+
+_TABLE_REFERENCE = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)(\s+)([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
+_IDENTITIES = """
+SELECT t.name, a.attname::text, pg_get_serial_sequence(t.name, a.attname)
+FROM unnest($1::text[]) AS t(name) JOIN pg_attribute a ON a.attrelid = to_regclass(t.name)
+WHERE a.attidentity <> ''
+"""
+
+
+def _tables_of(sql: str, tables: tuple[str, ...]) -> tuple[str, ...]:
+    """The company tables `sql` reads or writes, in the order they first appear."""
+    found = (m.group(3) for m in _TABLE_REFERENCE.finditer(sql))
+    return tuple(dict.fromkeys(name for name in found if name in tables))
+
+
+def _shard_body(
+    statement: CompanyStatement, used: tuple[str, ...], sequences: dict[str, tuple[str, str]]
+) -> str:
+    """The body of a company function that reads company tables: on the node holding the
+    company's shards (where Citus delegates the call), the statement on those shards
+    themselves, planned and run by PostgreSQL alone, as on one node: the shards are found
+    by the company (`get_shard_id_for_distribution_column`), their metadata locked shared as
+    Citus's executor locks it for a write (a shard move blocks writes with the same lock taken
+    exclusively), and each table's name replaced by its shard's; an identity column the
+    statement leaves to its default is given its value from the distributed table's sequence
+    (the node's range, as Citus gives it). Anywhere else (a shard moved away, a call Citus
+    did not delegate), the statement as it is, planned by Citus."""
+    company = f"a{statement.arguments.index(DISTRIBUTION_COLUMN) + 1}"
+    sql = statement.sql.replace("%", "%%")  # the template of format()
+    for table, (column, sequence) in sequences.items():
+        sql = re.sub(
+            rf"(INSERT INTO {table}\s*\()([^)]*)(\)\s*SELECT\s)",
+            rf"\g<1>{column}, \g<2>\g<3>nextval('{sequence}'), ",
+            sql,
+        )
+
+    def shard(match: re.Match[str]) -> str:
+        keyword, space, name = match.groups()
+        if name not in used:
+            return match.group(0)
+        return f"{keyword}{space}%{used.index(name) + 1}$s"
+
+    template = _TABLE_REFERENCE.sub(shard, sql)
+    shard_ids = ", ".join(
+        f"get_shard_id_for_distribution_column('{table}', {company})" for table in used
+    )
+    names = ", ".join(
+        f"shard_name('{table}'::regclass, shards[{n}])" for n, table in enumerate(used, start=1)
+    )
+    using = ", ".join(f"a{n}" for n in range(1, len(statement.arguments) + 1))
+    # the statement, its tables and their sequences, never user input
+    return f"""DECLARE
+    shards bigint[] := ARRAY[{shard_ids}];
+BEGIN
+    PERFORM lock_shard_metadata(5, ARRAY(SELECT DISTINCT unnest(shards) ORDER BY 1));
+    IF (SELECT count(*) FROM pg_dist_placement p
+        WHERE p.shardid = ANY(shards)
+          AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) = cardinality(shards) THEN
+        RETURN QUERY EXECUTE format($statement${template}$statement$, {names}) USING {using};
+    ELSE
+        RETURN QUERY {statement.sql};
+    END IF;
+END"""  # noqa: S608
 
 
 def _shift_parameters(sql: str) -> str:
