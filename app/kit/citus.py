@@ -132,7 +132,7 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
 FUNCTION_PREFIX: Final = "cms_company_"
 COLOCATE_WITH: Final = "turns"
 _COMPANY_TYPE: Final = "varchar"  # the type of every `company_id` column
-_FUNCTION_FORM: Final = "2"  # part of each function's name: changes when the form below does
+_FUNCTION_FORM: Final = "3"  # part of each function's name: changes when the form below does
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ async def _function_ddl(
     if used:
         identities = await raw.fetch(_IDENTITIES, list(used))
         sequences = {table: (column, sequence) for table, column, sequence in identities}
-        body = _shard_body(statement, used, sequences)
+        body = _shard_body(statement, parameter_types, used, sequences)
     else:  # the first argument is the node's company, the statement's own come after it
         body = f"BEGIN\nRETURN QUERY {_shift_parameters(statement.sql)};\nEND"
     # the statement and its described types, never user input
@@ -307,7 +307,10 @@ def _tables_of(sql: str, tables: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _shard_body(
-    statement: CompanyStatement, used: tuple[str, ...], sequences: dict[str, tuple[str, str]]
+    statement: CompanyStatement,
+    types: list[str],
+    used: tuple[str, ...],
+    sequences: dict[str, tuple[str, str]],
 ) -> str:
     """The body of a company function that reads company tables: on the node holding the
     company's shards (where Citus delegates the call), the statement on those shards
@@ -317,7 +320,14 @@ def _shard_body(
     exclusively), and each table's name replaced by its shard's; an identity column the
     statement leaves to its default is given its value from the distributed table's sequence
     (the node's range, as Citus gives it). Anywhere else (a shard moved away, a call Citus
-    did not delegate), the statement as it is, planned by Citus."""
+    did not delegate), the statement as it is, planned by Citus.
+
+    The statement on the shards is prepared once per session and set of shards (`PREPARE`,
+    remembered in a session setting `cms_company.<name>`, rolled back with a failed
+    transaction, when `pg_prepared_statements` is asked again), and executed with the
+    arguments as literals: PostgreSQL then keeps its plan as it keeps the plan of a statement
+    the driver prepares on one node (planning the text on every call, `/context` on the
+    cluster measured 0.46x one node's requests per second; prepared, 0.77x)."""
     company = f"a{statement.arguments.index(DISTRIBUTION_COLUMN) + 1}"
     sql = statement.sql.replace("%", "%%")  # the template of format()
     for table, (column, sequence) in sequences.items():
@@ -340,16 +350,26 @@ def _shard_body(
     names = ", ".join(
         f"shard_name('{table}'::regclass, shards[{n}])" for n, table in enumerate(used, start=1)
     )
-    using = ", ".join(f"a{n}" for n in range(1, len(statement.arguments) + 1))
+    literals = ", ".join(f"quote_nullable(a{n})" for n in range(1, len(statement.arguments) + 1))
+    slots = ", ".join("%s" for _ in statement.arguments)
     # the statement, its tables and their sequences, never user input
     return f"""DECLARE
     shards bigint[] := ARRAY[{shard_ids}];
+    prepared text;
 BEGIN
     PERFORM lock_shard_metadata(5, ARRAY(SELECT DISTINCT unnest(shards) ORDER BY 1));
     IF (SELECT count(*) FROM pg_dist_placement p
         WHERE p.shardid = ANY(shards)
           AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) = cardinality(shards) THEN
-        RETURN QUERY EXECUTE format($statement${template}$statement$, {names}) USING {using};
+        prepared := 'cms_' || md5('{statement.function}' || shards::text);
+        IF current_setting('cms_company.' || prepared, true) IS NULL THEN
+            IF NOT EXISTS (SELECT FROM pg_prepared_statements s WHERE s.name = prepared) THEN
+                EXECUTE format('PREPARE %I({", ".join(types)}) AS ', prepared)
+                    || format($statement${template}$statement$, {names});
+            END IF;
+            PERFORM set_config('cms_company.' || prepared, 'on', false);
+        END IF;
+        RETURN QUERY EXECUTE format('EXECUTE %I({slots})', prepared, {literals});
     ELSE
         RETURN QUERY {statement.sql};
     END IF;
