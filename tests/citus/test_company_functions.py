@@ -10,10 +10,12 @@ import asyncpg
 import pytest
 from sqlalchemy import make_url
 
+from app.enablement.repository import enablement_params
 from app.kit.citus import CompanyStatement, company_statements, distribute
 from app.kit.db import positional
 from app.models import metadata
-from tests.helpers.apps import COMPANY
+from app.turns import repository
+from tests.helpers.apps import COMPANY, USER
 
 pytestmark = pytest.mark.slow
 
@@ -94,3 +96,39 @@ async def test_distribute_creates_a_function_once_and_drops_a_stale_one(admin_ur
         assert gone == 0
     finally:
         await admin.close()
+
+
+async def test_a_call_citus_does_not_delegate_runs_the_statement_through_citus(
+    admin_url: str,
+) -> None:
+    """Inside a transaction block Citus runs a company function where it is called (the
+    coordinator here, which holds no shard): the function then runs its statement as it is,
+    through Citus, and answers what the statement answers."""
+    sql, names = repository._CONTEXT_WITH_HISTORY
+    call, call_names = repository._CONTEXT_WITH_HISTORY_CALL
+    assert call_names == names
+    params = enablement_params(COMPANY, USER, "default") | {"chat_id": "c", "history_limit": 20}
+    arguments = [params[name] for name in names]
+    admin = await _connect(admin_url)
+    try:
+        async with admin.transaction():
+            await admin.execute(
+                "INSERT INTO chat_messages (company_id, user_id, chat_id, turn_id, role, content,"
+                " source) VALUES ($1, $2, 'c', gen_random_uuid(), 'user', 'hello', 'request')",
+                COMPANY,
+                USER,
+            )
+            plan = "\n".join(r[0] for r in await admin.fetch(f"EXPLAIN {call}", *arguments))
+            assert "Task Count" not in plan, f"delegated inside a transaction block:\n{plan}"
+            through_function = dict(await admin.fetchrow(call, *arguments))
+            assert dict(await admin.fetchrow(sql, *arguments)) == through_function
+            assert through_function["history_contents"] == ["hello"]
+            raise _RollBack
+    except _RollBack:
+        pass
+    finally:
+        await admin.close()
+
+
+class _RollBack(Exception):
+    """Leaves the test's transaction without a trace."""
