@@ -20,7 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.conversations.modes import Message, MessageSource, Role
 from app.kit.auth import Principal
-from app.kit.citus import across_companies, bound_to_citus, on_company_node
+from app.kit.citus import (
+    HOLD_COMPANY_SHARDS_SQL,
+    across_companies,
+    bound_to_citus,
+    on_company_node,
+)
 from app.kit.db import positional
 
 
@@ -81,6 +86,7 @@ _LOCK_USER_HISTORY = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0
 _LOCK_USER_HISTORY_SHARED = text("SELECT pg_advisory_xact_lock_shared(hashtextextended(:key, 0))")
 # On a Citus coordinator, the same locks taken on the company's node, where the turn-save's
 # company function takes them (its keys are taken nowhere else: docs/scaling.md)
+_HOLD_COMPANY_SHARDS = text(HOLD_COMPANY_SHARDS_SQL)
 _LOCK_USER_HISTORY_ON_CITUS = text(
     on_company_node(
         "lock_user_history",
@@ -115,6 +121,7 @@ async def lock_user_history(
     """
     params = {"company_id": company_id, "key": user_history_lock_key(company_id, user_id)}
     if await bound_to_citus(session):
+        await session.execute(_HOLD_COMPANY_SHARDS, params)
         lock = _LOCK_USER_HISTORY_SHARED_ON_CITUS if shared else _LOCK_USER_HISTORY_ON_CITUS
     else:
         lock = _LOCK_USER_HISTORY_SHARED if shared else _LOCK_USER_HISTORY

@@ -190,6 +190,18 @@ class CompanyStatement:
 
 _COMPANY_STATEMENTS: Final[dict[str, CompanyStatement]] = {}
 
+HOLD_COMPANY_SHARDS_SQL: Final = (
+    "SELECT lock_shard_metadata(5, ARRAY[get_shard_id_for_distribution_column("
+    f"'{COLOCATE_WITH}', CAST(:company_id AS {_COMPANY_TYPE}))]) IS NULL AS held"
+)
+"""Sent on the coordinator before a lock function is called inside a transaction block: the
+company's shard metadata locked shared there until the transaction ends. A shard move switches
+a company's writes over under the same lock taken exclusively, on the coordinator first, then
+on the workers (Citus's `BlockWritesToShardList`), so it waits for the holder's transaction:
+an advisory key held on the old node is never missed by a taker on the new one. Taken on the
+coordinator, before the function's locks on the worker, in the order the move takes them: a
+holder and a move never wait for each other both ways."""
+
 
 def on_company_node(
     label: str, statement: tuple[str, tuple[str, ...]], *, in_transactions: bool = False

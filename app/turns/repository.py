@@ -64,7 +64,7 @@ from app.jobs.enqueue import (
     waiting_params,
 )
 from app.kit.auth import Principal
-from app.kit.citus import across_companies, on_company_node
+from app.kit.citus import HOLD_COMPANY_SHARDS_SQL, across_companies, on_company_node
 from app.kit.db import positional
 from app.kit.errors import RetryableConflict
 from app.profiles.repository import (
@@ -313,6 +313,9 @@ class TurnWrite(Enum):
     JOB_TAKEN = "job taken"  # nothing written: the waiting job was claimed or filled meanwhile
 
 
+_HOLD_COMPANY_SHARDS, _ = positional(HOLD_COMPANY_SHARDS_SQL)
+
+
 async def write_turn(  # noqa: PLR0913 - the call's values, then how to send it
     conn: asyncpg.Connection,
     turn: NewTurn,
@@ -356,6 +359,7 @@ async def write_turn(  # noqa: PLR0913 - the call's values, then how to send it
     traced = job is not None and job.trace_parent is not None
     delegated = citus and not conn.is_in_transaction()
     if citus and not delegated:  # the write's locks where every other taker takes them
+        await conn.fetchrow(_HOLD_COMPANY_SHARDS, turn.company_id)
         lock_sql, lock_names = TURN_LOCKS_ON_COMPANY_NODE
         await conn.fetchrow(lock_sql, *[params[name] for name in lock_names])
     form = (mode, record is not None, traced)

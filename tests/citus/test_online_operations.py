@@ -37,7 +37,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.conversations.repository import lock_user_history
 from app.kit.config import PROJECT_ROOT
 from app.kit.db import is_database_unavailable
 from app.kit.errors import PROBLEM_CONTENT_TYPE
@@ -346,6 +348,62 @@ async def test_a_large_company_is_isolated_to_its_own_shards_under_load(
     assert bounds is not None
     assert bounds["shardminvalue"] == bounds["shardmaxvalue"]  # one hash value: the company's
     await assert_nothing_lost_or_doubled(cluster_db, measured)
+
+
+_LOCK_WAITS = (
+    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+    " WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database()"
+)
+
+
+async def _lock_waits(cluster_db: ClusterDatabase) -> int:
+    """Advisory locks (Citus's shard metadata locks among them) waited for, on every node."""
+    waits = 0
+    for node in cluster_db.cluster.nodes:
+        conn = await asyncpg.connect(
+            user="postgres", database=DATABASE, host="127.0.0.1", port=node.port, timeout=10
+        )
+        try:
+            waits += int(await conn.fetchval(_LOCK_WAITS))
+        finally:
+            await conn.close()
+    return waits
+
+
+async def test_a_shard_move_waits_for_an_erasure_holding_its_user_lock(
+    cluster_db: ClusterDatabase,
+) -> None:
+    """The erasure's lock of a user's history, held on the company's node (its lock function),
+    holds a move of the company's shards at its switch-over until the erasure's transaction
+    ends: a turn-save on the new node can never take the key the erasure still holds on the
+    old one."""
+    cluster = cluster_db.cluster
+    shard, source = await company_shard(cluster_db)
+    target = next(w for w in (*cluster.workers, *cluster.added) if w.port != source)
+    engine = create_async_engine(cluster_db.url)
+    try:
+        async with engine.connect() as conn, conn.begin():
+            await lock_user_history(conn, COMPANY, "erased-user")
+            move = asyncio.create_task(
+                runbook.psql(
+                    cluster.coordinator,
+                    DATABASE,
+                    "move-shard",
+                    company=COMPANY,
+                    target_host="127.0.0.1",
+                    target_port=target.port,
+                )
+            )
+
+            async def held_or_done() -> bool:
+                return move.done() or await _lock_waits(cluster_db) > 0
+
+            await wait_until(held_or_done, ACK_SECONDS, what="the move waiting for a lock")
+            assert not move.done(), "the move switched over under a held user lock"
+        await move
+    finally:
+        await engine.dispose()
+    assert await company_shard(cluster_db) == (shard, target.port)
 
 
 @pytest.mark.parametrize(
