@@ -10,8 +10,10 @@ tests/test_package_order.py. What each layer holds, and why it sits where it doe
    pagination, logs, metrics, traces, the lean routes, the embedded PostgreSQL, the contract's
    additions, API tags, snapshots); `detectors`: the secret, contact, number and instruction
    detectors. Neither imports the other, nor any other package of `app`.
-2. `jobs`: the durable job queue and its worker; knows no domain. Domains register their job
-   kinds and hand the worker their handlers and maintenance steps.
+2. `companies` (on `kit` only): the registry of companies, the platform log that outlives them,
+   the records of their offboardings, and the one check of an operator's write (the company is
+   registered). Above it `jobs`: the durable job queue and its worker; knows no domain.
+   Domains register their job kinds and hand the worker their handlers and maintenance steps.
 3. `conversations`: chats, turns and messages, and the history modes.
 4. `quotas`: the quota rules, the marks of the periodic check of stored amounts (a user's
    mark is written under the history lock of `conversations`), and that check as a
@@ -31,11 +33,14 @@ tests/test_package_order.py. What each layer holds, and why it sits where it doe
 12. `erasure`: `DELETE /v1/me`, which deletes what the packages below keep about the caller.
     `portability`: a company's data exported and imported, and a user's import of their
     memory export (through the profile gate, like every write). Independent of each other.
-13. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
+13. `control_plane`: companies listed with their summaries, offboarded (every company table
+    erased, the tables handed in by `main`), their users erased on request (through
+    `erasure`) and their spaces set by their operators.
+14. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
     services below; `ui`: the user's memory page (`/ui/memory`), static files that call the
     public API from the browser and import nothing of the domain; `health`: liveness,
     readiness and metrics; `docs_pages`: the offline `/docs` and `/redoc` pages. Independent
     of each other.
-14. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`,
+15. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`,
     which may import each other.
 """

@@ -13,8 +13,10 @@ from functools import partial
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from app import health
+from app import health, models
 from app.consolidation.runner import BackgroundWorker
+from app.control_plane import router as control_plane_router
+from app.control_plane.offboarding import Offboarder
 from app.conversations import router as conversations_router
 from app.conversations.retention import chat_retention_steps
 from app.docs_pages import install_docs_pages
@@ -25,7 +27,7 @@ from app.jobs import router as jobs_router
 from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
-from app.kit.citus import runs_citus
+from app.kit.citus import company_tables, runs_citus
 from app.kit.config import Settings, get_settings, to_asyncpg_url, warn_unknown_settings
 from app.kit.contract import install_contract
 from app.kit.db import Database, create_database, head_revision, run_migrations
@@ -163,6 +165,7 @@ def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) 
                 company_storage_bytes=settings.quota_company_storage_bytes,
                 interval_seconds=settings.quota_check_interval_seconds,
             ),
+            app.state.offboarder.resume_step,
         ),
     )
 
@@ -224,6 +227,10 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         on_role_dropped=metrics.observe_role_dropped,
     )
     app.state.head_revision = head_revision()
+    # every company table, children first: what an offboarding erases, in that order
+    app.state.offboarder = Offboarder(
+        tuple(table.name for table in reversed(company_tables(models.metadata)))
+    )
     app.state.rate_limiter = rate_limits_service.limiter_for(settings)
     app.state.export_slots = ReadSlots(
         settings.export_read_concurrency, settings.export_read_company_concurrency
@@ -283,6 +290,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     app.include_router(conversations_router.router)
     app.include_router(portability_router.router)
     app.include_router(usage_router.router)
+    app.include_router(control_plane_router.router)
     discovery = ResourceDiscovery(settings, MCP_PATH)
     app.state.mcp = McpEndpoint(discovery)
     app.router.routes.append(mcp_route(app.state.mcp))

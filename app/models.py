@@ -2,6 +2,7 @@
 every module that registers a company function (`app.kit.citus.on_company_node`), so that
 `distribute` creates them all."""
 
+from app.companies import models as company_models
 from app.conversations import models as conversation_models
 from app.enablement import models as enablement_models
 from app.folders import models as folder_models
@@ -16,6 +17,7 @@ from app.usage import models as usage_models
 metadata = Base.metadata
 
 __all__ = [
+    "company_models",
     "conversation_models",
     "enablement_models",
     "folder_models",

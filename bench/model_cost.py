@@ -496,10 +496,15 @@ async def run_conversation(database_url: str, model: OracleModel, **overrides: A
                 token = issue_token(settings, Principal(sub, company, frozenset(roles)))
                 return {"Authorization": f"Bearer {token}"}
 
+            operator = headers("olga", "platform", "operator")
+            response = await client.post(
+                "/v1/companies", json={"company_id": COMPANY}, headers=operator
+            )
+            response.raise_for_status()
             response = await client.put(
                 f"/v1/companies/{COMPANY}/feature-flags/{FLAG_CONTEXT_MEMORY}",
                 json={"enabled": True},
-                headers=headers("olga", "platform", "operator"),
+                headers=operator,
             )
             response.raise_for_status()
             user_headers = headers(USER, COMPANY)

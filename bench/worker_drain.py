@@ -136,6 +136,12 @@ class TurnQueue:
             httpx.AsyncClient(transport=transport, base_url="http://bench")
         )
         operator = self._token("bench-operator", "platform", ("operator",))
+        registered = await self._client.post(
+            "/v1/companies",
+            json={"company_id": self.company},
+            headers={"Authorization": f"Bearer {operator}"},
+        )
+        registered.raise_for_status()
         response = await self._client.put(
             f"/v1/companies/{self.company}/feature-flags/{FLAG_CONTEXT_MEMORY}",
             json={"enabled": True},

@@ -57,7 +57,9 @@ from tests.helpers.turns import user
 from tests.test_route_policy import ROUTE_POLICIES, app_routes, challenge_of
 
 Route = tuple[str, str]
-POLICIES = frozenset({"public", "user", "space_admin", "operator", "company_read"})
+POLICIES = frozenset(
+    {"public", "user", "space_admin", "operator", "company_read", "company_operator"}
+)
 PROBLEM_JSON = "application/problem+json"
 SPOOFED_QUERY = {"user_id": OWNER.sub, "company_id": OWNER.company}
 SPOOFED_HEADERS = {"X-User-Id": OWNER.sub, "X-Company-Id": OWNER.company, "X-Forwarded-User": "a"}
@@ -190,6 +192,11 @@ async def _memory_import(ctx: Context) -> Call:
     return Call(body={"profile": {"content": profile_text(ctx.canary, 101)}})
 
 
+async def _company(_: Context) -> Call:
+    """A company of its own: registering it changes nothing of the owner's."""
+    return Call(body={"company_id": f"matrix-{uuid.uuid4().hex[:12]}"})
+
+
 async def _mcp_read_memory(_: Context) -> Call:
     """One JSON-RPC message, as an MCP client sends it: the caller's profile, read by a tool."""
     message = {
@@ -272,6 +279,10 @@ PROBES: dict[Route, Probe] = {
     ("POST", "/v1/me/memory/consolidations"): Probe(_consolidation, _statuses(202, 409)),
     ("GET", "/v1/companies/{company_id}/jobs"): Probe(_page),
     ("POST", "/mcp"): Probe(_mcp_read_memory, _statuses(200)),
+    ("POST", "/v1/companies"): Probe(_company),
+    ("GET", "/v1/companies"): Probe(_page),
+    ("GET", "/v1/companies/{company_id}/spaces"): Probe(_page),
+    ("PUT", "/v1/companies/{company_id}/spaces/{space_id}/settings"): Probe(_space_patch),
 }
 
 SHOWS_OWN_DATA = frozenset(
@@ -289,9 +300,22 @@ absence of everyone else's meaningful."""
 COMPANY_DATA = frozenset({("GET", "/v1/companies/{company_id}/export")})
 """Operator routes that return everything the company of the path holds (the owner's): its
 users' data there is what they are for, and must be there; any other company's is a leak."""
-OPERATOR_STATUS: dict[Route, int] = {("POST", "/v1/companies/{company_id}/import"): 409}
+OPERATOR_STATUS: dict[Route, int] = {
+    ("POST", "/v1/companies/{company_id}/import"): 409,
+    ("POST", "/v1/companies"): 201,
+    ("DELETE", "/v1/companies/{company_id}"): 404,
+    ("GET", "/v1/companies/{company_id}/offboarding"): 404,
+}
 """An operator's status where it is not 200: the owner's company holds data, so an import
-into it is refused."""
+into it is refused; a company is registered (201); the offboarding is sent for a company never
+registered (`PATH_VALUES`: offboarding the owner's would erase her), which, never offboarded,
+has no receipt either."""
+PATH_VALUES: dict[Route, dict[str, list[tuple[str, str]]]] = {
+    ("DELETE", "/v1/companies/{company_id}"): {
+        "company_id": [("a company never registered", "no-such-company")]
+    },
+}
+"""Path values of a route where the owner's would destroy what the other calls judge."""
 
 
 # --- where each route is sent -------------------------------------------------------------------
@@ -323,6 +347,9 @@ def _path_values(world: World) -> dict[str, list[tuple[str, str]]]:
         "company_id": [("owner's company", OWNER.company)],
         "space_id": [("owner's space", SPACE)],
         "flag": [("", FLAG_CONTEXT_MEMORY)],
+        # a user the service holds nothing of: an erasure that would erase the owner's data
+        # is judged by tests/control_plane, this one by its authorisation
+        "user_id": [("a user with nothing stored", "nobody")],
     }
 
 
@@ -334,7 +361,8 @@ def targets(routes: set[Route], world: World) -> list[Target]:
     found: list[Target] = []
     for method, template in sorted(routes, key=lambda r: (rank.get(r[0], 1), -len(r[1]), r)):
         names = [part[1:-1].split(":")[0] for part in template.split("/") if part[:1] == "{"]
-        options = [values.get(name, [("", "x")]) for name in names]
+        special = PATH_VALUES.get((method, template), {})
+        options = [special.get(name, values.get(name, [("", "x")])) for name in names]
         for combination in itertools.product(*options):
             path = template
             for name, (_, value) in zip(names, combination, strict=True):
@@ -444,6 +472,14 @@ def _judge_role_route(
         retrying_queued = target.route[1].endswith("/retry") and "queued job" in target.variant
         wanted = 409 if retrying_queued else OPERATOR_STATUS.get(target.route, 200)
         return [] if status == wanted else [f"operator got {status}, not {wanted}"]
+    if policy == "company_operator":
+        if "operator" in roles:
+            wanted = OPERATOR_STATUS.get(target.route, 200)
+        elif "company_operator" in roles:
+            wanted = 200 if caller.company == OWNER.company else 404
+        else:
+            wanted = 403
+        return [] if status == wanted else [f"status {status}, not {wanted}"]
     # company_read: operators, or a space admin of that very company
     if "operator" in roles or ("space_admin" in roles and caller.company == OWNER.company):
         wanted = 200

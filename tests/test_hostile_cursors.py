@@ -40,7 +40,7 @@ class Key:
     """A cursor key as its route reads it: an integer column (and its range), a timestamp or
     a UUID."""
 
-    kind: Literal["integer", "instant", "uuid"]
+    kind: Literal["integer", "instant", "uuid", "text"]
     maximum: int = BIGINT_MAX
 
 
@@ -50,6 +50,8 @@ CURSOR_KEYS: dict[str, dict[str, Key]] = {
     "/v1/chats/{chat_id}/messages": {"id": Key("integer")},
     "/v1/companies/{company_id}/jobs": {"created_at": Key("instant"), "id": Key("uuid")},
     "/v1/companies/{company_id}/audit-events": {"id": Key("integer")},
+    "/v1/companies": {"company_id": Key("text", 128)},
+    "/v1/companies/{company_id}/spaces": {"space_id": Key("text", 128)},
 }
 PATH_VALUES = {"chat_id": CHAT, "company_id": COMPANY}
 
@@ -76,6 +78,8 @@ def hostile_values(key: Key) -> list[object]:
             10**20,  # a huge epoch, as a number
             "99999999999999999999",  # and as text
         ]
+    if key.kind == "text":
+        return ["", "x" * (key.maximum + 1), "acme\x00", *NOT_TEXT]
     return [
         "not-a-uuid",
         "",
@@ -87,7 +91,7 @@ def hostile_values(key: Key) -> list[object]:
 
 
 def valid_value(key: Key) -> object:
-    return {"integer": 1, "instant": VALID_INSTANT, "uuid": VALID_UUID}[key.kind]
+    return {"integer": 1, "instant": VALID_INSTANT, "uuid": VALID_UUID, "text": "a"}[key.kind]
 
 
 def cursor_of(position: Mapping[str, object]) -> str:
@@ -120,7 +124,7 @@ def paginated_routes(app: FastAPI) -> set[tuple[str, str]]:
 def headers_for(auth: AuthFactory, method: str, path: str) -> dict[str, str]:
     """A caller the route's declared policy admits on the company and user seeded here."""
     policy = ROUTE_POLICIES[(method, path)]
-    if policy in {"operator", "company_read"}:
+    if policy in {"operator", "company_read", "company_operator"}:
         return auth("olga", "platform", OPERATOR)
     if policy == "user":
         return auth(USER, COMPANY)

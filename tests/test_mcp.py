@@ -371,6 +371,12 @@ async def test_edits_count_against_the_memory_write_rate_limit_as_rest_writes_do
     ):
         # on the served app, whose limiter it updates at once (users no other test uses: the
         # served app's buckets live as long as this module)
+        registered = await rest.post(
+            "/v1/companies",
+            json={"company_id": "acme"},
+            headers=auth("olga", "platform", OPERATOR),
+        )
+        assert registered.status_code in (200, 201), registered.text
         response = await rest.put(
             "/v1/companies/acme/rate-limits",
             json=limits,

@@ -20,12 +20,14 @@ Operation = tuple[str, str]
 # is the defaults), the profile is created before any turn could consolidate one, and an
 # explicit consolidation needs memory active. Every operation with a request body is here.
 ORDER: list[Operation] = [
+    ("POST", "/v1/companies"),
     ("PUT", "/v1/companies/{company_id}/feature-flags/{flag}"),
     ("POST", "/v1/companies/{company_id}/import"),
     ("PUT", "/v1/companies/{company_id}/memory-policy"),
     ("PUT", "/v1/companies/{company_id}/model-budget"),
     ("PUT", "/v1/companies/{company_id}/rate-limits"),
     ("PATCH", "/v1/spaces/{space_id}"),
+    ("PUT", "/v1/companies/{company_id}/spaces/{space_id}/settings"),
     ("PATCH", "/v1/me/settings"),
     ("PUT", "/v1/me/memory"),
     ("POST", "/v1/me/memory/import"),

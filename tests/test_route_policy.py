@@ -7,6 +7,8 @@ Policies:
 - operator:    role operator; no token -> 401, plain user -> 403
 - company_read: operator, or a space_admin of that company (read-only); no token -> 401,
                plain user -> 403, space admin of another company -> 404
+- company_operator: operator, or a company_operator of that company; no token -> 401, plain
+               user or space admin -> 403, company operator of another company -> 404
 """
 
 from __future__ import annotations
@@ -80,6 +82,16 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/v1/companies/{company_id}/jobs"): "operator",
     ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): "operator",
     ("POST", "/mcp"): "user",
+    # the control plane: platform operators, and each company's own operators
+    ("GET", "/v1/companies"): "operator",
+    ("POST", "/v1/companies"): "operator",
+    ("GET", "/v1/companies/{company_id}"): "company_operator",
+    ("DELETE", "/v1/companies/{company_id}"): "operator",
+    ("GET", "/v1/companies/{company_id}/offboarding"): "operator",
+    ("DELETE", "/v1/companies/{company_id}/users/{user_id}"): "company_operator",
+    ("GET", "/v1/companies/{company_id}/spaces"): "company_operator",
+    ("GET", "/v1/companies/{company_id}/spaces/{space_id}/settings"): "company_operator",
+    ("PUT", "/v1/companies/{company_id}/spaces/{space_id}/settings"): "company_operator",
 }
 
 # The `WWW-Authenticate` of a 401 where it says more than `Bearer`: /mcp names its resource
@@ -103,6 +115,7 @@ SAMPLE_PATH_VALUES = {
     "job_id": "00000000-0000-0000-0000-000000000000",
     "flag": "FEATURE_FLAG_ENABLE_CONTEXT_MEMORY_UN_22033",
     "n": "1",
+    "user_id": "bob",
 }
 
 
@@ -143,7 +156,7 @@ async def test_protected_routes_need_a_token(
 ROLE_ROUTES = sorted(
     key
     for key, policy in ROUTE_POLICIES.items()
-    if policy in {"space_admin", "operator", "company_read"}
+    if policy in {"space_admin", "operator", "company_read", "company_operator"}
 )
 
 
@@ -165,6 +178,29 @@ async def test_space_admin_of_another_company_gets_404(
     headers = auth("eve", "other-co", ("space_admin",))
     response = await client.request(method, concrete(path), headers=headers)
     assert response.status_code == 404
+
+
+COMPANY_OPERATOR = sorted(k for k, p in ROUTE_POLICIES.items() if p == "company_operator")
+
+
+@pytest.mark.parametrize(("method", "path"), COMPANY_OPERATOR)
+async def test_a_company_operator_of_another_company_gets_404(
+    client: httpx.AsyncClient, auth: AuthFactory, method: str, path: str
+) -> None:
+    headers = auth("eve", "other-co", ("company_operator",))
+    response = await client.request(method, concrete(path), headers=headers)
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(("method", "path"), COMPANY_OPERATOR)
+async def test_a_space_admin_is_no_company_operator(
+    client: httpx.AsyncClient, auth: AuthFactory, method: str, path: str
+) -> None:
+    response = await client.request(
+        method, concrete(path), headers=auth("sam", "acme", ("space_admin",))
+    )
+    assert response.status_code == 403
 
 
 @pytest.mark.parametrize(

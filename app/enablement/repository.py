@@ -160,8 +160,25 @@ async def select_space(
     if for_update:
         statement = statement.with_for_update()
     row = (await session.execute(statement)).first()
-    if row is None:
-        return None
+    return None if row is None else _space_record(row)
+
+
+async def select_spaces(
+    session: AsyncSession, company_id: str, *, after: str | None, limit: int
+) -> list[tuple[str, SpaceRecord]]:
+    """Up to `limit` saved spaces of the company by space id, after `after`."""
+    statement = (
+        select(SpaceSettings.space_id, *_SPACE_COLUMNS)
+        .where(SpaceSettings.company_id == company_id)
+        .order_by(SpaceSettings.space_id)
+        .limit(limit)
+    )
+    if after is not None:
+        statement = statement.where(SpaceSettings.space_id > after)
+    return [(row.space_id, _space_record(row)) for row in await session.execute(statement)]
+
+
+def _space_record(row: Any) -> SpaceRecord:  # a Row of _SPACE_COLUMNS (and more)
     return SpaceRecord(
         context_memory=row.context_memory,
         web_search=row.web_search,

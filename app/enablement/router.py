@@ -9,6 +9,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
+from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.enablement import service
 from app.enablement.decision import FLAG_CONTEXT_MEMORY, KNOWN_FLAGS
 from app.enablement.schemas import (
@@ -124,10 +125,11 @@ async def list_feature_flags(
     summary="Turn a company feature flag on or off (audited)",
     description="Called by an operator when a company starts (or stops) using context memory: "
     "the first step before any memory is kept for its users. The change is in the audit trail.",
-    responses={422: {"description": "Unknown flag, or an invalid body"}},
+    responses={422: {"description": "Unknown flag, or an invalid body"}, **UNREGISTERED_RESPONSE},
 )
 async def set_feature_flag(
     company_id: CompanyIdPath,
+    _registered: RegisteredCompanyDep,
     flag: FlagPath,
     body: Annotated[FeatureFlagIn, Body(openapi_examples=FLAG_EXAMPLES)],
     operator: OperatorDep,
@@ -160,10 +162,14 @@ async def get_memory_policy(
     "both retention fields, each required. It applies from the next write of any memory of the "
     "company (what is stored already is not rewritten). The change is in the audit trail; a "
     "policy equal to the one in force changes nothing and is not recorded.",
-    responses={422: {"description": "A field missing, unknown or out of range"}},
+    responses={
+        422: {"description": "A field missing, unknown or out of range"},
+        **UNREGISTERED_RESPONSE,
+    },
 )
 async def put_memory_policy(
     company_id: CompanyIdPath,
+    _registered: RegisteredCompanyDep,
     body: Annotated[MemoryPolicyIn, Body(openapi_examples=MEMORY_POLICY_EXAMPLES)],
     operator: OperatorDep,
     session: SessionDep,

@@ -294,26 +294,49 @@ async def read_space(session: AsyncSession, company_id: str, space_id: str) -> S
     return _space_view(space_id, flags, stored or SpaceRecord())
 
 
+async def list_spaces(session: AsyncSession, company_id: str, page: PageRequest) -> Page[SpaceView]:
+    """The company's saved spaces by id, each as `read_space` shows it (a space never saved is
+    at its defaults and not listed), cursor-paginated by space id."""
+    flags = await _company_flags(session, company_id)
+    saved = await repository.select_spaces(
+        session, company_id, after=page.text("space_id", max_length=128), limit=page.limit + 1
+    )
+    views = [_space_view(space_id, flags, space) for space_id, space in saved]
+    return page_of(views, page.limit, lambda view: {"space_id": view.space_id})
+
+
 async def update_space(
-    session: AsyncSession, actor: Principal, space_id: str, patch: SpacePatch
+    session: AsyncSession,
+    actor: Principal,
+    space_id: str,
+    patch: SpacePatch,
+    *,
+    company_id: str | None = None,
 ) -> SpaceView:
-    """Apply a partial update to a space of the actor's company, audited, under a row lock.
+    """Apply a partial update to a space of `company_id` (by default the actor's company: a
+    space admin's), audited, under a row lock.
 
     When memory is then effectively enabled for the space (company and space conditions), the
     company's `user-memory` root folder is ensured, also when the patch changed nothing.
     """
-    company_id = actor.company_id
+    company_id = actor.company_id if company_id is None else company_id
     flags = await _company_flags(session, company_id)
-    saved = await _save_space(session, actor, space_id, flags, patch)
+    saved = await _save_space(session, actor, company_id, space_id, flags=flags, patch=patch)
     if effective_enablement(flags, saved.state, None).enabled:
         await folders.ensure_root_folder(session, company_id)
     return _space_view(space_id, flags, saved)
 
 
-async def _save_space(
-    session: AsyncSession, actor: Principal, space_id: str, flags: CompanyFlags, patch: SpacePatch
+async def _save_space(  # noqa: PLR0913 - the space's company is not always the actor's
+    session: AsyncSession,
+    actor: Principal,
+    company_id: str,
+    space_id: str,
+    *,
+    flags: CompanyFlags,
+    patch: SpacePatch,
 ) -> SpaceRecord:
-    company_id, editor = actor.company_id, Actor.of(actor)
+    editor = Actor.of(actor)
     # Two rounds at most: a first save that loses the insert race re-reads the winner's row.
     for _ in range(2):
         stored = await repository.select_space(session, company_id, space_id, for_update=True)

@@ -7,11 +7,13 @@ idempotency record; the stored setting; the audit events about the user; the rec
 the memory policy kept out of the user's memory (with memory.md); the quota check's marks of
 the user (counted from their history, so not reported). Anonymised (the companies'
 records, not the user's): the audit events the user caused on company flags, spaces and memory
-policies, and `updated_by` of the flags, spaces, policies and rate limits the user changed
-last, now naming `audit.ERASED_ACTOR`. "The user" there is the actor (the caller's company,
-the caller's id), both matching, in whichever company's records (an operator changes other
-companies' flags).
-Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else.
+policies (and on the platform log: companies registered, offboardings requested), and
+`updated_by` of the flags, spaces, policies and rate limits the user changed last, now naming
+`audit.ERASED_ACTOR` (the platform events count with the audit events). "The user" there is
+the actor (the caller's company, the caller's id), both matching, in whichever company's
+records (an operator changes other companies' flags).
+Kept: one `audit.USER_ERASED` event naming the user, with the counts below and nothing else
+(its actor is whoever asked: the user, or an operator of the company, `erase_company_user`).
 
 It first takes the user's history lock, which every turn-save holds shared while it writes: a
 turn written before is seen, and deleted whole (messages, turn, job, idempotency record); a turn
@@ -29,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.companies import repository as companies
 from app.conversations.repository import delete_user_history, lock_user_history
 from app.enablement import audit
 from app.enablement.repository import anonymise_editor, delete_user_setting
@@ -82,7 +85,14 @@ class Erasure:
 async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
     """Erase the caller (see the module docstring); a second call finds nothing and reports
     zeros, and records no second event."""
-    company_id, user_id = principal.company_id, principal.user_id
+    return await erase_company_user(session, principal, principal.company_id, principal.user_id)
+
+
+async def erase_company_user(
+    session: AsyncSession, actor: Principal, company_id: str, user_id: str
+) -> Erasure:
+    """Erase `user_id` of `company_id`, as `erase_user` erases the caller, on `actor`'s request
+    (the caller, or an operator of the company): the one `USER_ERASED` event names `actor`."""
     await lock_user_history(session, company_id, user_id)
     await lock_user_memory(session, company_id, user_id)
     memory = await delete_user_memory(session, company_id, user_id)
@@ -99,6 +109,10 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
         edits += await rate_limits_repository.anonymise_editor(
             session, company_id, user_id, audit.ERASED_ACTOR
         )
+    # the platform log is one reference table: the user's registrations and offboardings
+    platform_events = await companies.anonymise_platform_actor(
+        session, company_id, user_id, audit.ERASED_ACTOR
+    )
     erasure = Erasure(
         Deleted(
             profile=memory.profile,
@@ -112,14 +126,14 @@ async def erase_user(session: AsyncSession, principal: Principal) -> Erasure:
             settings=setting,
             audit_events=events.deleted,
         ),
-        Anonymised(audit_events=events.anonymised, settings=edits),
+        Anonymised(audit_events=events.anonymised + platform_events, settings=edits),
     )
     if erasure.anything:
         await audit.record_event(
             session,
             company_id,
             audit.AuditEntry(
-                actor=audit.Actor.of(principal),
+                actor=audit.Actor.of(actor),
                 action=audit.USER_ERASED,
                 target_kind="user",
                 target_id=user_id,

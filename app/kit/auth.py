@@ -37,8 +37,11 @@ from app.kit.jwks import JwkDict, KeyStore
 
 logger = logging.getLogger(__name__)
 
-KNOWN_ROLES = frozenset({"space_admin", "operator"})
+KNOWN_ROLES = frozenset({"space_admin", "company_operator", "operator"})
 PLATFORM_ROLE: Final = "operator"
+COMPANY_OPERATOR_ROLE: Final = "company_operator"
+"""An operator of the token's own company only: its users' erasure requests, its spaces and its
+record; a company's own issuer may grant it (it is no `operator`, which acts on any company)."""
 # what a decode may raise for a token it refuses (PyJWT's own, and what a malformed key or
 # claim raises inside it)
 _DECODE_ERRORS: Final = (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError)
@@ -555,6 +558,19 @@ def require_operator_or_company_admin(
             raise NotFound("No such company.")
         return
     raise Forbidden("This operation needs the operator role.")
+
+
+def require_company_operator(principal: Principal, company_id: str) -> None:
+    """Company operations: a platform operator acts on any company, a company operator on their
+    own company only; a company operator naming another company gets 404 (no existence oracle),
+    anyone else 403."""
+    if principal.has_role(PLATFORM_ROLE):
+        return
+    if principal.has_role(COMPANY_OPERATOR_ROLE):
+        if principal.company_id != company_id:
+            raise NotFound("No such company.")
+        return
+    raise Forbidden("This operation needs the operator or company_operator role.")
 
 
 # --- who am I ---------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RATE_LIMIT_PATTERN = r"^(off|0|[1-9][0-9]{0,7}/[1-9][0-9]{0,4})$"
 
 Environment = Literal["development", "test", "production"]
-ServiceRole = Literal["space_admin", "operator"]
+ServiceRole = Literal["space_admin", "company_operator", "operator"]
 IssuerAlgorithm = Literal["RS256", "RS384", "RS512", "ES256", "ES384", "ES512"]
 
 
@@ -189,7 +189,7 @@ class Settings(BaseSettings):
         description=(
             "Role names of static tokens to service roles, a JSON object such as "
             '`{"memory-admin": "space_admin"}`; only mapped roles pass. Unset: roles named '
-            "`space_admin` or `operator` pass as they are."
+            "`space_admin`, `company_operator` or `operator` pass as they are."
         ),
     )
 

@@ -81,6 +81,14 @@ class PageRequest:
             raise _invalid_cursor()
         return value
 
+    def text(self, name: str, *, max_length: int) -> str | None:
+        """The cursor's string `name`: 1..`max_length` characters (its column's width), none
+        of them NUL (which no PostgreSQL text holds)."""
+        value = self.key(name, str)
+        if value is not None and not (0 < len(value) <= max_length and "\x00" not in value):
+            raise _invalid_cursor()
+        return value
+
     def instant(self, name: str) -> datetime | None:
         """The cursor's timestamp `name`, as `datetime.isoformat()` wrote it (with its offset),
         one that exists in UTC too (the driver sends it in UTC; `0001-01-01T00:00+05:00` has

@@ -12,6 +12,10 @@ IDENTIFIER_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
 """An id the callers choose (space, chat, request id): 1..128 of letters, digits and `._:-`, so
 it is safe in a path, a header, a log line and a metric label as it is."""
 
+COMPANY_ID_PATTERN: Final = r"^[^\x00-\x1f\x7f]+$"
+"""A company id in a path: any text but control characters (a token's company id is printable;
+PostgreSQL text holds no NUL), 1..128 of them."""
+
 Identifier = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
 """A body field or tool argument held to `IDENTIFIER_PATTERN` (path and query parameters state
 the pattern in their own `Path`/`Query`, which FastAPI reads instead of a `Field`)."""
@@ -22,6 +26,7 @@ def company_id_path(example: str, summary: str) -> Any:
     return Path(
         min_length=1,
         max_length=128,
+        pattern=COMPANY_ID_PATTERN,
         description="The company, as the tokens of its users name it (`company_id`)",
         openapi_examples={"company": {"summary": summary, "value": example}},
     )

@@ -12,7 +12,8 @@ batch, not the company. Rows are inserted as they were exported, with three exce
   out is not written, as for any write;
 - message, audit event and policy action ids are assigned here, in stream order;
 - the import is recorded as one audit event `company.imported` with the stream's SHA-256 and
-  counts, which is how a repeated import of the same stream is recognised.
+  counts, which is how a repeated import of the same stream is recognised, and registers the
+  company (`import`) unless a platform operator registered it before.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Final
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.companies.registry import register_company
 from app.enablement import audit
 from app.kit.auth import Principal
 from app.kit.db import is_database_unavailable
@@ -127,6 +129,7 @@ async def import_company(
         new=outcome.summary(),
     )
     await audit.record_event(session, company_id, entry)
+    await register_company(session, actor, company_id, company_id, "import")
     logger.info(
         "company imported",
         extra={"company_id": company_id, "records": sum(outcome.records.values())},

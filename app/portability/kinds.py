@@ -8,8 +8,10 @@ when the source's queue last served the company (`job_company_claims`), idempote
 (`company_rate_limits`, `company_model_budgets`: they measure what a deployment can serve and
 spend, and its operators set them there), its usage (`usage_daily_counts`,
 `usage_daily_model_calls`, `model_budget_crossings`: what the source deployment served and billed
-stays with its bill), and the quota marks (`user_quota_marks`, `company_quota_marks`: the target's
-worker measures them again). Versions keep the id of the job that wrote them as provenance.
+stays with its bill), the quota marks (`user_quota_marks`, `company_quota_marks`: the target's
+worker measures them again), and the company's registration (`companies`: the import registers
+the company in the target's registry). Versions keep the id of the job that wrote them as
+provenance.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ NOT_EXPORTED: Final = frozenset(
         "model_budget_crossings",
         "user_quota_marks",
         "company_quota_marks",
+        "companies",
     }
 )
 """Company tables deliberately left out (see the module docstring)."""

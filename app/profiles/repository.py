@@ -502,3 +502,11 @@ def stored_profile_of(row: Mapping[str, Any]) -> StoredProfile | None:
     if row["profile_version"] is None:
         return None
     return StoredProfile(row["profile_version"], row["profile_content"], row["profile_tokens"])
+
+
+async def count_users_with_memory(session: AsyncSession, company_id: str) -> int:
+    """How many users of the company have a memory profile (a `memory.md`)."""
+    count = await session.scalar(
+        select(func.count()).select_from(MemoryFile).where(MemoryFile.company_id == company_id)
+    )
+    return int(count or 0)

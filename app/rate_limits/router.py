@@ -6,6 +6,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Request
 
+from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.enablement.router import OperatorDep
 from app.kit.api_tags import OPERATOR
 from app.kit.db import SessionDep
@@ -53,10 +54,11 @@ async def get_rate_limits(
     "defaults: per class, per user and for the whole company, a limit, `unlimited`, or the "
     "default (left out). Replaces the whole set. The change is in the audit trail and applies "
     "at once on this process, within RATE_LIMIT_REFRESH_SECONDS on the others.",
-    responses={422: {"description": "A field unknown or out of range"}},
+    responses={422: {"description": "A field unknown or out of range"}, **UNREGISTERED_RESPONSE},
 )
 async def put_rate_limits(
     company_id: CompanyIdPath,
+    _registered: RegisteredCompanyDep,
     body: Annotated[RateLimitsIn, Body(openapi_examples=RATE_LIMITS_EXAMPLES)],
     operator: OperatorDep,
     session: SessionDep,

@@ -334,3 +334,12 @@ async def record_crossings(
         .returning(CROSSINGS.c.threshold_percent)
     )
     return sorted(int(t) for t in (await executor.execute(statement)).scalars())
+
+
+async def last_active_day(session: AsyncSession, company_id: str) -> date | None:
+    """The last UTC day anything of the company was counted (a turn saved, a context served, a
+    consolidation run); None for a company with no traffic yet."""
+    day: date | None = await session.scalar(
+        select(func.max(COUNTS.c.day)).where(COUNTS.c.company_id == company_id)
+    )
+    return day

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 
+from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
 from app.kit.auth import Principal, require_role
 from app.kit.config import ModelPrice, Settings
@@ -126,10 +127,14 @@ async def get_model_budget(
     "are spent: `offline` (the offline rule engine consolidates) or `defer` (consolidations "
     "wait, queued, for the next month). Workers read it before their next model call. The "
     "change is in the audit trail; a budget equal to the one in force records nothing.",
-    responses={422: {"description": "A field missing, unknown or out of range"}},
+    responses={
+        422: {"description": "A field missing, unknown or out of range"},
+        **UNREGISTERED_RESPONSE,
+    },
 )
 async def put_model_budget(
     company_id: CompanyIdPath,
+    _registered: RegisteredCompanyDep,
     body: Annotated[ModelBudgetIn, Body(openapi_examples=MODEL_BUDGET_EXAMPLES)],
     operator: OperatorDep,
     session: SessionDep,

@@ -20,6 +20,8 @@ from context_memory_client.core import (
 )
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyIn,
+    CompanyOut,
     ConsolidationRequest,
     ContextRequest,
     ContextResponse,
@@ -38,6 +40,7 @@ from context_memory_client.models import (
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    OffboardingOut,
     Page,
     PolicyActionOut,
     Readiness,
@@ -46,6 +49,7 @@ from context_memory_client.models import (
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
     VersionDiffOut,
@@ -317,6 +321,55 @@ class AsyncMemoryClient:
 
     async def get_user_memory_folder(self, company_id: str) -> FolderOut:
         return await self.send(calls.get_user_memory_folder(company_id))
+
+    # --- the control plane: companies, offboarding, erasure requests ----------------------------
+
+    async def list_companies(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[CompanyOut]:
+        return await self.send(calls.list_companies(limit, cursor))
+
+    def iter_companies(self, *, page_size: int | None = None) -> AsyncIterator[CompanyOut]:
+        """Every company (platform operators), a page at a time."""
+        return self._paginate(lambda cursor: calls.list_companies(page_size, cursor))
+
+    async def create_company(self, company: CompanyIn) -> CompanyOut:
+        """Register a company (platform operators); registered already: its record."""
+        return await self.send(calls.create_company(company))
+
+    async def get_company(self, company_id: str) -> CompanyOut:
+        return await self.send(calls.get_company(company_id))
+
+    async def offboard_company(self, company_id: str) -> OffboardingOut:
+        """Erase everything the company holds (platform operators): the receipt."""
+        return await self.send(calls.offboard_company(company_id))
+
+    async def get_offboarding(self, company_id: str) -> OffboardingOut:
+        return await self.send(calls.get_offboarding(company_id))
+
+    async def erase_company_user(self, company_id: str, user_id: str) -> UserErasureOut:
+        """Erase a user of the company on request (its operators): the receipt."""
+        return await self.send(calls.erase_company_user(company_id, user_id))
+
+    async def list_company_spaces(
+        self, company_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[SpaceSettingsOut]:
+        return await self.send(calls.list_company_spaces(company_id, limit, cursor))
+
+    def iter_company_spaces(
+        self, company_id: str, *, page_size: int | None = None
+    ) -> AsyncIterator[SpaceSettingsOut]:
+        return self._paginate(
+            lambda cursor: calls.list_company_spaces(company_id, page_size, cursor)
+        )
+
+    async def get_company_space(self, company_id: str, space_id: str) -> SpaceSettingsOut:
+        return await self.send(calls.get_company_space(company_id, space_id))
+
+    async def set_company_space(
+        self, company_id: str, space_id: str, patch: SpacePatch
+    ) -> SpaceSettingsOut:
+        return await self.send(calls.set_company_space(company_id, space_id, patch))
 
     # --- operations ------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from context_memory_client.codec import decode, decode_page, encode
 from context_memory_client.errors import UnexpectedResponse
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyIn,
+    CompanyOut,
     ConsolidationRequest,
     ContextRequest,
     ContextResponse,
@@ -33,6 +35,7 @@ from context_memory_client.models import (
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    OffboardingOut,
     Page,
     PolicyActionOut,
     Readiness,
@@ -41,6 +44,7 @@ from context_memory_client.models import (
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
     VersionDiffOut,
@@ -333,6 +337,68 @@ def retry_job(company_id: str, job_id: str) -> Call[JobSummary]:
 
 def get_user_memory_folder(company_id: str) -> Call[FolderOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}/folders/user-memory", _model(FolderOut))
+
+
+# --- the control plane: companies, offboarding, erasure requests --------------------------------
+
+
+def list_companies(limit: int | None = None, cursor: str | None = None) -> Call[Page[CompanyOut]]:
+    return Call("GET", "/v1/companies", _page(CompanyOut), _page_params(limit, cursor))
+
+
+def create_company(company: CompanyIn) -> Call[CompanyOut]:
+    # Sent again, it answers the registered record (200).
+    return Call("POST", "/v1/companies", _model(CompanyOut), json=encode(company))
+
+
+def get_company(company_id: str) -> Call[CompanyOut]:
+    return Call("GET", f"/v1/companies/{_seg(company_id)}", _model(CompanyOut))
+
+
+def offboard_company(company_id: str) -> Call[OffboardingOut]:
+    # Sent again, it answers the same receipt.
+    return Call("DELETE", f"/v1/companies/{_seg(company_id)}", _model(OffboardingOut))
+
+
+def get_offboarding(company_id: str) -> Call[OffboardingOut]:
+    return Call("GET", f"/v1/companies/{_seg(company_id)}/offboarding", _model(OffboardingOut))
+
+
+def erase_company_user(company_id: str, user_id: str) -> Call[UserErasureOut]:
+    # Sent again, it finds nothing and answers zeros.
+    return Call(
+        "DELETE",
+        f"/v1/companies/{_seg(company_id)}/users/{_seg(user_id)}",
+        _model(UserErasureOut),
+    )
+
+
+def list_company_spaces(
+    company_id: str, limit: int | None = None, cursor: str | None = None
+) -> Call[Page[SpaceSettingsOut]]:
+    return Call(
+        "GET",
+        f"/v1/companies/{_seg(company_id)}/spaces",
+        _page(SpaceSettingsOut),
+        _page_params(limit, cursor),
+    )
+
+
+def get_company_space(company_id: str, space_id: str) -> Call[SpaceSettingsOut]:
+    return Call(
+        "GET",
+        f"/v1/companies/{_seg(company_id)}/spaces/{_seg(space_id)}/settings",
+        _model(SpaceSettingsOut),
+    )
+
+
+def set_company_space(company_id: str, space_id: str, patch: SpacePatch) -> Call[SpaceSettingsOut]:
+    return Call(
+        "PUT",
+        f"/v1/companies/{_seg(company_id)}/spaces/{_seg(space_id)}/settings",
+        _model(SpaceSettingsOut),
+        json=encode(patch),
+    )
 
 
 # --- operations ----------------------------------------------------------------------------------

@@ -583,3 +583,80 @@ class Readiness:
     database: str
     migration: str | None
     expected_migration: str | None
+
+
+# --- the control plane: companies, offboarding, erasure requests ---------------------------------
+
+
+@dataclass(frozen=True)
+class CompanyIn:
+    """`POST /v1/companies`: the company's id as its tokens name it, and a name for people
+    (None: the id)."""
+
+    company_id: str
+    display_name: str | None = None
+
+
+@dataclass(frozen=True)
+class ConsolidationsOut:
+    updated: int
+    noop: int
+    failed: int
+    deferred: int
+    offline: int
+
+
+@dataclass(frozen=True)
+class ModelCallsOut:
+    kind: str
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    estimated_cost: float | None
+
+
+@dataclass(frozen=True)
+class UsageTotalsOut:
+    turns_saved: int
+    contexts_served: int
+    consolidations: ConsolidationsOut
+    model_calls: list[ModelCallsOut]
+    prompt_tokens: int
+    completion_tokens: int
+    estimated_cost: float | None
+
+
+@dataclass(frozen=True)
+class CompanyOut:
+    company_id: str
+    display_name: str
+    origin: str
+    created_at: str
+    users_with_memory: int
+    last_activity: str | None
+    usage_month: str
+    usage_this_month: UsageTotalsOut
+
+
+@dataclass(frozen=True)
+class OffboardingOut:
+    """The receipt of an offboarding: rows erased per table, and when; never content."""
+
+    offboarding_id: str
+    company_id: str
+    status: str
+    requested_at: str
+    started_at: str | None
+    finished_at: str | None
+    erased: dict[str, int]
+    erased_rows: int
+
+
+@dataclass(frozen=True)
+class UserErasureOut:
+    company_id: str
+    user_id: str
+    erased_at: str
+    deleted: DeletedOut
+    anonymised: AnonymisedOut

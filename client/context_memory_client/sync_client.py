@@ -21,6 +21,8 @@ from context_memory_client.core import (
 )
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyIn,
+    CompanyOut,
     ConsolidationRequest,
     ContextRequest,
     ContextResponse,
@@ -39,6 +41,7 @@ from context_memory_client.models import (
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    OffboardingOut,
     Page,
     PolicyActionOut,
     Readiness,
@@ -47,6 +50,7 @@ from context_memory_client.models import (
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
     VersionDiffOut,
@@ -315,6 +319,55 @@ class MemoryClient:
 
     def get_user_memory_folder(self, company_id: str) -> FolderOut:
         return self.send(calls.get_user_memory_folder(company_id))
+
+    # --- the control plane: companies, offboarding, erasure requests ----------------------------
+
+    def list_companies(
+        self, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[CompanyOut]:
+        return self.send(calls.list_companies(limit, cursor))
+
+    def iter_companies(self, *, page_size: int | None = None) -> Iterator[CompanyOut]:
+        """Every company (platform operators), a page at a time."""
+        return self._paginate(lambda cursor: calls.list_companies(page_size, cursor))
+
+    def create_company(self, company: CompanyIn) -> CompanyOut:
+        """Register a company (platform operators); registered already: its record."""
+        return self.send(calls.create_company(company))
+
+    def get_company(self, company_id: str) -> CompanyOut:
+        return self.send(calls.get_company(company_id))
+
+    def offboard_company(self, company_id: str) -> OffboardingOut:
+        """Erase everything the company holds (platform operators): the receipt."""
+        return self.send(calls.offboard_company(company_id))
+
+    def get_offboarding(self, company_id: str) -> OffboardingOut:
+        return self.send(calls.get_offboarding(company_id))
+
+    def erase_company_user(self, company_id: str, user_id: str) -> UserErasureOut:
+        """Erase a user of the company on request (its operators): the receipt."""
+        return self.send(calls.erase_company_user(company_id, user_id))
+
+    def list_company_spaces(
+        self, company_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page[SpaceSettingsOut]:
+        return self.send(calls.list_company_spaces(company_id, limit, cursor))
+
+    def iter_company_spaces(
+        self, company_id: str, *, page_size: int | None = None
+    ) -> Iterator[SpaceSettingsOut]:
+        return self._paginate(
+            lambda cursor: calls.list_company_spaces(company_id, page_size, cursor)
+        )
+
+    def get_company_space(self, company_id: str, space_id: str) -> SpaceSettingsOut:
+        return self.send(calls.get_company_space(company_id, space_id))
+
+    def set_company_space(
+        self, company_id: str, space_id: str, patch: SpacePatch
+    ) -> SpaceSettingsOut:
+        return self.send(calls.set_company_space(company_id, space_id, patch))
 
     # --- operations ------------------------------------------------------------------------------
 

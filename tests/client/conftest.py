@@ -21,6 +21,7 @@ from context_memory_client import (
     FLAG_CONTEXT_MEMORY,
     NO_RETRIES,
     AsyncMemoryClient,
+    CompanyIn,
     MemoryClient,
     RetryPolicy,
     SpacePatch,
@@ -62,6 +63,7 @@ async def enable_memory(
         BASE_URL, make_token("sam", COMPANY, SPACE_ADMIN), transport=transport
     )
     async with operator, admin:
+        await operator.create_company(CompanyIn(COMPANY))
         await operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
         await admin.update_space(space, SpacePatch(context_memory=True))
 
@@ -69,6 +71,7 @@ async def enable_memory(
 def enable_memory_over_http(url: str, make_token: TokenFactory) -> None:
     """The same as `enable_memory`, with blocking clients over real HTTP."""
     with MemoryClient(url, make_token("olga", "platform", OPERATOR)) as operator:
+        operator.create_company(CompanyIn(COMPANY))
         operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
     with MemoryClient(url, make_token("sam", COMPANY, SPACE_ADMIN)) as admin:
         admin.update_space(SPACE, SpacePatch(context_memory=True))

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from context_memory_client import (
+    CompanyIn,
     ConsolidationRequest,
     ContextRequest,
     Forbidden,
@@ -121,6 +122,7 @@ async def test_the_memory_policy_is_set_and_what_it_kept_out_is_listed(
     operator = async_client_of(app, make_token("olga", "platform", OPERATOR))
     user = async_client_of(app, make_token("alice", COMPANY))
     async with operator, user:
+        await operator.create_company(CompanyIn(COMPANY))
         assert (await operator.get_memory_policy(COMPANY)).default
         policy = MemoryPolicyIn(
             secrets="drop",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from context_memory_client import FLAG_CONTEXT_MEMORY, MemoryClient
+from context_memory_client import FLAG_CONTEXT_MEMORY, CompanyIn, MemoryClient
 
 from app.kit.config import PROJECT_ROOT
 from tests.helpers.apps import COMPANY, OPERATOR, TokenFactory
@@ -24,6 +24,7 @@ def test_an_integration_example_runs_against_the_service(
     block: str, served_url: str, make_token: TokenFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with MemoryClient(served_url, make_token("olga", "platform", OPERATOR)) as operator:
+        operator.create_company(CompanyIn(COMPANY))
         operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
     exec(compile(block, str(DOC), "exec"), {"BASE_URL": served_url, "TOKEN": make_token()})  # noqa: S102 - our own docs
     printed = capsys.readouterr().out

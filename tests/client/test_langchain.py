@@ -13,6 +13,7 @@ from context_memory_client import (
     FLAG_CONTEXT_MEMORY,
     NO_RETRIES,
     AsyncMemoryClient,
+    CompanyIn,
     MemoryClient,
     NotFound,
     SpacePatch,
@@ -63,6 +64,7 @@ async def enable(app: FastAPI, make_token: TokenFactory) -> None:
         async_memory(app, make_token("olga", "platform", OPERATOR)) as operator,
         async_memory(app, make_token("sam", COMPANY, SPACE_ADMIN)) as admin,
     ):
+        await operator.create_company(CompanyIn(COMPANY))
         await operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
         await admin.update_space(SPACE, SpacePatch(context_memory=True))
 
@@ -138,6 +140,7 @@ def test_the_sync_history_and_runnable_over_http_feed_the_users_memory(
     served_url: str, make_token: TokenFactory
 ) -> None:
     with MemoryClient(served_url, make_token("olga", "platform", OPERATOR)) as operator:
+        operator.create_company(CompanyIn(COMPANY))
         operator.set_feature_flag(COMPANY, FLAG_CONTEXT_MEMORY, enabled=True)
     with MemoryClient(served_url, make_token()) as memory:
         history = MemoryChatMessageHistory("lc-sync", space_id=SPACE, client=memory)

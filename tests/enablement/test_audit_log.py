@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
 from tests.helpers.memory import seed_memory
-from tests.helpers.settings import patch_space, set_flag
+from tests.helpers.settings import patch_space, register_company, set_flag
 
 
 async def events(
@@ -54,6 +54,7 @@ async def test_a_flag_change_is_recorded_once(client: httpx.AsyncClient, auth: A
 async def test_an_operator_changing_another_companys_flag_is_recorded_with_their_own_company(
     client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
+    await register_company(client, auth, "other")
     response = await client.put(
         f"/v1/companies/other/feature-flags/{FLAG_CONTEXT_MEMORY}",
         json={"enabled": True},

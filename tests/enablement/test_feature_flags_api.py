@@ -9,7 +9,14 @@ import pytest
 
 from app.enablement.decision import FLAG_ALLOW_WITH_WEB_SEARCH, FLAG_CONTEXT_MEMORY
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
-from tests.helpers.settings import set_flag
+from tests.helpers.settings import register_company, set_flag
+
+
+@pytest.fixture(autouse=True)
+async def _registered_companies(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    """The companies these tests' operators write to are registered (`POST /v1/companies`)."""
+    for company in ("acme", "globex"):
+        await register_company(client, auth, company)
 
 
 async def get_flags(

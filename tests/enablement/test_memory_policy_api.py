@@ -11,7 +11,7 @@ import pytest
 from app.detectors import Category
 from app.enablement.schemas import MemoryPolicyIn
 from tests.helpers.apps import OPERATOR, AuthFactory
-from tests.helpers.settings import memory_policy_body, set_memory_policy
+from tests.helpers.settings import memory_policy_body, register_company, set_memory_policy
 
 DEFAULTS = {
     "secrets": "drop",
@@ -24,6 +24,13 @@ DEFAULTS = {
     "recent_topics_days": 90,
     "inactive_memory_days": 0,
 }
+
+
+@pytest.fixture(autouse=True)
+async def _registered_companies(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    """The companies these tests' operators write to are registered (`POST /v1/companies`)."""
+    for company in ("acme", "globex"):
+        await register_company(client, auth, company)
 
 
 def policy_url(company: str = "acme") -> str:

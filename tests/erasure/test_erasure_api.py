@@ -30,7 +30,12 @@ from tests.helpers.db import (
 )
 from tests.helpers.memory import memory_counts, put_memory, seed_memory
 from tests.helpers.polling import wait_until
-from tests.helpers.settings import enable_company, patch_space, patch_user_settings
+from tests.helpers.settings import (
+    enable_company,
+    patch_space,
+    patch_user_settings,
+    register_company,
+)
 from tests.helpers.turns import assistant, turn_body, user
 
 PROFILE = """# User Memory
@@ -230,6 +235,7 @@ async def test_the_audit_trail_keeps_one_event_with_counts_and_forgets_who_chang
 async def two_alices_change_company_other(client: httpx.AsyncClient, auth: AuthFactory) -> None:
     """Operator alice of acme turns on company other's flag; alice of other, a space admin
     there (another person with the same id), changes a space of other."""
+    await register_company(client, auth, "other")
     response = await client.put(
         f"/v1/companies/other/feature-flags/{FLAG_CONTEXT_MEMORY}",
         json={"enabled": True},

@@ -49,6 +49,7 @@ KEPT_BY_OPT_OUT: Final = {
     "company_memory_policies": "true",
     "company_rate_limits": "true",
     "user_quota_marks": "true",  # counted from the history, which stays
+    "platform_events": "true",  # the company registered on its operator's first use, as audited
 }
 # The erasure (`app/erasure/service.py`) keeps one audit event: who was erased, with counts.
 KEPT_BY_ERASURE: Final = {
@@ -90,6 +91,7 @@ SEEDED_TABLES: Final = frozenset(
         "company_rate_limits",
         "memory_policy_actions",
         "user_quota_marks",
+        "platform_events",
     }
 )
 # Where text the user writes lands (memory, messages, chat and space ids, keys, job payloads).

@@ -16,6 +16,20 @@ from app.enablement.memory_policy import (
 )
 from tests.helpers.apps import COMPANY, OPERATOR, SPACE_ADMIN, USER, AuthFactory
 
+PLATFORM_OPERATOR = ("olga", "platform", OPERATOR)
+"""The platform operator who onboards the tests' companies."""
+
+
+async def register_company(
+    client: httpx.AsyncClient, auth: AuthFactory, company: str = COMPANY
+) -> None:
+    """A platform operator registers `company` (201), or finds it registered (200): the first
+    step before any operator write to it."""
+    response = await client.post(
+        "/v1/companies", json={"company_id": company}, headers=auth(*PLATFORM_OPERATOR)
+    )
+    assert response.status_code in (200, 201), response.text
+
 
 async def set_flag(
     client: httpx.AsyncClient,
@@ -24,6 +38,7 @@ async def set_flag(
     enabled: bool,
     company: str = COMPANY,
 ) -> None:
+    await register_company(client, auth, company)
     response = await client.put(
         f"/v1/companies/{company}/feature-flags/{flag}",
         json={"enabled": enabled},
@@ -58,6 +73,7 @@ async def set_memory_policy(
     client: httpx.AsyncClient, auth: AuthFactory, company: str = COMPANY, **changes: str | int
 ) -> dict[str, Any]:
     """An operator's PUT of the company's memory policy (the defaults with `changes`)."""
+    await register_company(client, auth, company)
     response = await client.put(
         f"/v1/companies/{company}/memory-policy",
         json=memory_policy_body(**changes),

@@ -60,6 +60,8 @@ SAME_COMPANY_ADMIN = Caller("same-company space admin", "sam", ACME, SPACE_ADMIN
 OPERATOR_CALLER = Caller("operator", "olga", "platform", OPERATOR)
 OTHER_COMPANY_USER = Caller("other-company user (same user id)", "alice", GLOBEX)
 OTHER_COMPANY_ADMIN = Caller("other-company space admin", "eve", GLOBEX, SPACE_ADMIN)
+SAME_COMPANY_OPERATOR = Caller("same-company operator", "cora", ACME, ("company_operator",))
+OTHER_COMPANY_OPERATOR = Caller("other-company operator", "otto", GLOBEX, ("company_operator",))
 BYSTANDER = Caller("bystander", "carol", GLOBEX)
 
 CALLERS = (
@@ -68,6 +70,8 @@ CALLERS = (
     OPERATOR_CALLER,
     OTHER_COMPANY_USER,
     OTHER_COMPANY_ADMIN,
+    SAME_COMPANY_OPERATOR,
+    OTHER_COMPANY_OPERATOR,
     OWNER,
 )
 """Every caller with a valid token; the owner last, so the others meet the owner's data intact."""

@@ -37,7 +37,7 @@ from tests.helpers.db import admin_execute, rows, scalar
 from tests.helpers.memory import head_content, memory_counts, seed_memory, seed_profile, versions
 from tests.helpers.metrics import sample
 from tests.helpers.profiles import STORED_COUNTER
-from tests.helpers.settings import enable_company
+from tests.helpers.settings import enable_company, register_company
 from tests.helpers.turns import save_turn, user
 from tests.helpers.worker import wait_for
 
@@ -98,6 +98,7 @@ async def set_retention(
     """The company's memory policy, as its operator saves it: default actions, these days."""
     body: dict[str, Any] = {category.value: DEFAULT_ACTIONS[category] for category in Category}
     body |= {"recent_topics_days": recent_topics_days, "inactive_memory_days": inactive_memory_days}
+    await register_company(client, auth, company)
     response = await client.put(
         f"/v1/companies/{company}/memory-policy",
         json=body,

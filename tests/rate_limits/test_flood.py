@@ -126,6 +126,10 @@ async def flood_and_measure(base: str, make_token: TokenFactory, database_url: s
     operator = {"Authorization": f"Bearer {make_token('olga', 'platform', OPERATOR)}"}
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
         for company in ("acme", "globex"):
+            registered = await client.post(
+                "/v1/companies", json={"company_id": company}, headers=operator
+            )
+            assert registered.status_code == 201, registered.text
             response = await client.put(
                 f"/v1/companies/{company}/feature-flags/{FLAG_CONTEXT_MEMORY}",
                 json={"enabled": True},

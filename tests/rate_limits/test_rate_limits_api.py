@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.rate_limits.service import refresh_overrides
 from tests.helpers.apps import OPERATOR, AuthFactory, app_with, client_of, client_with
-from tests.helpers.settings import enable_company
+from tests.helpers.settings import enable_company, register_company
 from tests.helpers.turns import new_chat, turn_body, user
 
 PROBLEM = "application/problem+json"
@@ -24,6 +24,13 @@ PLATFORM_OPERATOR = ("olga", "platform", OPERATOR)
 RATE_LIMIT_FIELD = re.compile(
     r'^"[a-z_]+-(user|company)";r=\d+;t=\d+(, "[a-z_]+-(user|company)";r=\d+;t=\d+)*$'
 )
+
+
+@pytest.fixture(autouse=True)
+async def _registered_companies(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    """The companies these tests' operators write to are registered (`POST /v1/companies`)."""
+    for company in ("acme", "globex"):
+        await register_company(client, auth, company)
 
 
 async def save(

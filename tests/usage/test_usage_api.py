@@ -15,9 +15,17 @@ from sqlalchemy import text
 from app.usage.budget import period_of
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import rows, sessions
+from tests.helpers.settings import register_company
 
 OLGA = ("olga", "platform", OPERATOR)
 TODAY = datetime.now(UTC).date()
+
+
+@pytest.fixture(autouse=True)
+async def _registered_companies(client: httpx.AsyncClient, auth: AuthFactory) -> None:
+    """The companies these tests' operators write to are registered (`POST /v1/companies`)."""
+    for company in ("acme", "globex", "initech"):
+        await register_company(client, auth, company)
 
 
 def usage_url(company: str = "acme") -> str:

@@ -14,6 +14,8 @@ import {
   type RetryPolicy,
 } from "./retry.js";
 import type {
+  CompanyIn,
+  CompanyOut,
   ConsolidationRequest,
   ContextRequest,
   ContextResponse,
@@ -27,6 +29,7 @@ import type {
   MemoryExportOut,
   MemoryImportIn,
   MemoryOut,
+  OffboardingOut,
   Page,
   PolicyActionOut,
   Readiness,
@@ -38,6 +41,7 @@ import type {
   UserSettingsOut,
   UserSettingsUpdateOut,
   VersionDiffOut,
+  UserErasureOut,
   VersionOut,
   VersionSummaryOut,
 } from "./types.js";
@@ -370,6 +374,68 @@ export class ContextMemoryClient {
   ): Promise<FeatureFlagOut> {
     const path = `/v1/companies/${seg(companyId)}/feature-flags/${seg(flag)}`;
     return this.#json({ method: "PUT", path, body: { enabled }, retryable: true }, options);
+  }
+
+  // --- the control plane: companies, offboarding, erasure requests ------------------------------
+
+  /** One page of the companies (platform operators), in the order of their ids. */
+  listCompaniesPage(options?: PageOptions): Promise<Page<CompanyOut>> {
+    return this.#page("/v1/companies", {}, options);
+  }
+
+  /** Every company, fetched a page at a time. */
+  listCompanies(options?: IterOptions): AsyncGenerator<CompanyOut> {
+    return this.#paginate((cursor) => this.listCompaniesPage(pageOf(options, cursor)));
+  }
+
+  /** Register a company (platform operators); registered already: its record. */
+  createCompany(company: CompanyIn, options?: CallOptions): Promise<CompanyOut> {
+    return this.#json({ method: "POST", path: "/v1/companies", body: company, retryable: true }, options);
+  }
+
+  getCompany(companyId: string, options?: CallOptions): Promise<CompanyOut> {
+    const path = `/v1/companies/${seg(companyId)}`;
+    return this.#json({ method: "GET", path, retryable: true }, options);
+  }
+
+  /** Erase everything the company holds (platform operators); sent again, the same receipt. */
+  offboardCompany(companyId: string, options?: CallOptions): Promise<OffboardingOut> {
+    const path = `/v1/companies/${seg(companyId)}`;
+    return this.#json({ method: "DELETE", path, retryable: true }, options);
+  }
+
+  getOffboarding(companyId: string, options?: CallOptions): Promise<OffboardingOut> {
+    const path = `/v1/companies/${seg(companyId)}/offboarding`;
+    return this.#json({ method: "GET", path, retryable: true }, options);
+  }
+
+  /** Erase a user of the company on request (its operators); the receipt with the counts. */
+  eraseCompanyUser(companyId: string, userId: string, options?: CallOptions): Promise<UserErasureOut> {
+    const path = `/v1/companies/${seg(companyId)}/users/${seg(userId)}`;
+    return this.#json({ method: "DELETE", path, retryable: true }, options);
+  }
+
+  listCompanySpacesPage(companyId: string, options?: PageOptions): Promise<Page<SpaceSettingsOut>> {
+    return this.#page(`/v1/companies/${seg(companyId)}/spaces`, {}, options);
+  }
+
+  listCompanySpaces(companyId: string, options?: IterOptions): AsyncGenerator<SpaceSettingsOut> {
+    return this.#paginate((cursor) => this.listCompanySpacesPage(companyId, pageOf(options, cursor)));
+  }
+
+  getCompanySpace(companyId: string, spaceId: string, options?: CallOptions): Promise<SpaceSettingsOut> {
+    const path = `/v1/companies/${seg(companyId)}/spaces/${seg(spaceId)}/settings`;
+    return this.#json({ method: "GET", path, retryable: true }, options);
+  }
+
+  setCompanySpace(
+    companyId: string,
+    spaceId: string,
+    patch: SpacePatch,
+    options?: CallOptions,
+  ): Promise<SpaceSettingsOut> {
+    const path = `/v1/companies/${seg(companyId)}/spaces/${seg(spaceId)}/settings`;
+    return this.#json({ method: "PUT", path, body: patch, retryable: true }, options);
   }
 
   // --- operations -------------------------------------------------------------------------------

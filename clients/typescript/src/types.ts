@@ -41,6 +41,13 @@ export type FeatureFlagOut = Schemas["FeatureFlagOut"];
 export type Health = Schemas["Health"];
 export type Readiness = Schemas["Readiness"];
 
+// the control plane: companies, offboarding, erasure requests
+export type CompanyIn = Schemas["CompanyIn"];
+export type CompanyOut = Schemas["CompanyOut"];
+export type UsageTotalsOut = Schemas["UsageTotalsOut"];
+export type OffboardingOut = Schemas["OffboardingOut"];
+export type UserErasureOut = Schemas["UserErasureOut"];
+
 /** One page of a list; `next_cursor` is null on the last. */
 export interface Page<T> {
   items: T[];

@@ -699,6 +699,138 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/companies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every company the service serves, with a summary each (platform operators)
+         * @description Called by a platform operator (the admin console's company list): companies in the order of their ids, each with its users with memory, its last day of activity and this month's usage.
+         */
+        get: operations["list_companies_v1_companies_get"];
+        put?: never;
+        /**
+         * Register a company (platform operators)
+         * @description Called by a platform operator onboarding a company, before its flags are set: 201 with the new record; 200 with the record when it is registered already (the same request sent again), 409 when it is registered under another display name.
+         */
+        post: operations["create_company_v1_companies_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/companies/{company_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A company's record and summary
+         * @description Called by a platform operator, or by an operator of that company (`company_operator`, whose first call registers it): its name, origin, users with memory, last activity and this month's usage. Another company's operator gets 404.
+         */
+        get: operations["read_company_v1_companies__company_id__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Offboard a company: erase everything it holds (platform operators, audited)
+         * @description Called by a platform operator when a company leaves (its issuer removed first): its registration ends at once and every row it holds, in every table, is erased by a durable job; the answer is the receipt, which `GET .../offboarding` follows to `done`. Sending it again answers the same receipt. Recorded in the platform log, which outlives the company.
+         */
+        delete: operations["offboard_company_v1_companies__company_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/companies/{company_id}/offboarding": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The receipt of a company's offboarding (platform operators)
+         * @description Called by a platform operator after `DELETE /v1/companies/{company_id}`: the status, and the rows erased per table, with the times; never content. Readable after the company is gone.
+         */
+        get: operations["read_offboarding_v1_companies__company_id__offboarding_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/companies/{company_id}/users/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erase a user of the company on request (its operators, audited)
+         * @description Called by an operator of the company (or a platform operator) on a person's erasure request: everything the service holds about the user goes, as `DELETE /v1/me` does it, in one transaction; the answer is the receipt with the counts. The company's audit log keeps one `user.erased` event naming the operator. A user with nothing stored answers zeros.
+         */
+        delete: operations["erase_company_user_v1_companies__company_id__users__user_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/companies/{company_id}/spaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The company's configured spaces, with their settings
+         * @description Called by an operator of the company (or a platform operator): every space whose settings were saved, by space id, as `GET /v1/spaces/{space_id}` shows it. A space never configured is at its defaults and not listed.
+         */
+        get: operations["list_company_spaces_v1_companies__company_id__spaces_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/companies/{company_id}/spaces/{space_id}/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A space's context memory settings, for the company's operators
+         * @description Called by an operator of the company (or a platform operator): what `GET /v1/spaces/{space_id}` shows the company's space admins. A space never configured reads as the defaults.
+         */
+        get: operations["read_company_space_v1_companies__company_id__spaces__space_id__settings_get"];
+        /**
+         * Change a space's context memory settings, for the company's operators (audited)
+         * @description Called by an operator of the company (or a platform operator) with what a space admin's `PATCH /v1/spaces/{space_id}` takes: fields left out keep their value. Audited in the company's log like the space admin's changes, naming the operator.
+         */
+        put: operations["set_company_space_v1_companies__company_id__spaces__space_id__settings_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -807,6 +939,57 @@ export interface components {
              * @description `true`: this very stream had been imported into the company before, and nothing was written now
              */
             replayed: boolean;
+        };
+        /**
+         * CompanyIn
+         * @description A company to register. Unknown fields are refused.
+         */
+        CompanyIn: {
+            /**
+             * Company Id
+             * @description The company's id exactly as its users' tokens name it (`company_id`): 1..128 letters, digits and `._:-`.
+             */
+            company_id: string;
+            /**
+             * Display Name
+             * @description A name for people (1..200 characters, no control characters); the id when left out.
+             */
+            display_name?: string | null;
+        };
+        /** CompanyOut */
+        CompanyOut: {
+            /** Company Id */
+            company_id: string;
+            /** Display Name */
+            display_name: string;
+            /**
+             * Origin
+             * @description How it was registered: `operator` (`POST /v1/companies`), `first_use` (its own operators' first call) or `import` (a company import).
+             */
+            origin: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Users With Memory
+             * @description Users of the company with a memory profile.
+             */
+            users_with_memory: number;
+            /**
+             * Last Activity
+             * @description The last UTC day a turn, a context or a consolidation of the company was counted; null before any.
+             */
+            last_activity: string | null;
+            /**
+             * Usage Month
+             * Format: date
+             * @description The first UTC day of the month `usage_this_month` covers.
+             */
+            usage_month: string;
+            /** @description This UTC month so far, as `GET /v1/companies/{company_id}/usage` counts it. */
+            usage_this_month: components["schemas"]["UsageTotalsOut"];
         };
         /** ConditionOut */
         ConditionOut: {
@@ -1591,6 +1774,46 @@ export interface components {
              */
             estimated_cost: number | null;
         };
+        /**
+         * OffboardingOut
+         * @description The receipt of a company's offboarding: what was erased, table by table, and when; never
+         *     any content.
+         */
+        OffboardingOut: {
+            /**
+             * Offboarding Id
+             * Format: uuid
+             */
+            offboarding_id: string;
+            /** Company Id */
+            company_id: string;
+            /**
+             * Status
+             * @description `queued` (accepted), `running` (tables being erased), `done` (nothing of the company is left).
+             */
+            status: string;
+            /**
+             * Requested At
+             * Format: date-time
+             */
+            requested_at: string;
+            /** Started At */
+            started_at: string | null;
+            /** Finished At */
+            finished_at: string | null;
+            /**
+             * Erased
+             * @description Rows erased per table, so far (all of them once `done`).
+             */
+            erased: {
+                [key: string]: number;
+            };
+            /**
+             * Erased Rows
+             * @description The sum of `erased`.
+             */
+            erased_rows: number;
+        };
         /** OperationOut */
         OperationOut: {
             /** Op */
@@ -1609,6 +1832,13 @@ export interface components {
             /** Next Cursor */
             next_cursor: string | null;
         };
+        /** Page[CompanyOut] */
+        Page_CompanyOut_: {
+            /** Items */
+            items: components["schemas"]["CompanyOut"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
         /** Page[JobSummary] */
         Page_JobSummary_: {
             /** Items */
@@ -1620,6 +1850,13 @@ export interface components {
         Page_PolicyActionOut_: {
             /** Items */
             items: components["schemas"]["PolicyActionOut"][];
+            /** Next Cursor */
+            next_cursor: string | null;
+        };
+        /** Page[SpaceSettingsOut] */
+        Page_SpaceSettingsOut_: {
+            /** Items */
+            items: components["schemas"]["SpaceSettingsOut"][];
             /** Next Cursor */
             next_cursor: string | null;
         };
@@ -1976,6 +2213,23 @@ export interface components {
              * @description Estimated from `MODEL_PRICES` (per million tokens, in the currency they are written in); null when a model involved has no configured price (see `unpriced_models`).
              */
             estimated_cost: number | null;
+        };
+        /**
+         * UserErasureOut
+         * @description The receipt of a user's erasure on request: the same counts as `DELETE /v1/me`.
+         */
+        UserErasureOut: {
+            /** Company Id */
+            company_id: string;
+            /** User Id */
+            user_id: string;
+            /**
+             * Erased At
+             * Format: date-time
+             */
+            erased_at: string;
+            deleted: components["schemas"]["DeletedOut"];
+            anonymised: components["schemas"]["AnonymisedOut"];
         };
         /** UserMemoryConfigOut */
         UserMemoryConfigOut: {
@@ -2732,6 +2986,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The company is not registered: register it with POST /v1/companies */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body is over the size limit */
             413: {
                 headers: {
@@ -2871,6 +3134,15 @@ export interface operations {
             };
             /** @description The token lacks the role this operation needs */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The company is not registered: register it with POST /v1/companies */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3292,6 +3564,15 @@ export interface operations {
             };
             /** @description The token lacks the role this operation needs */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The company is not registered: register it with POST /v1/companies */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5285,6 +5566,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The company is not registered: register it with POST /v1/companies */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The request body is over the size limit */
             413: {
                 headers: {
@@ -5295,6 +5585,710 @@ export interface operations {
                 };
             };
             /** @description A field missing, unknown or out of range */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_companies_v1_companies_get: {
+        parameters: {
+            query?: {
+                /** @description Page size */
+                limit?: number;
+                /** @description From `next_cursor` */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_CompanyOut_"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_company_v1_companies_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CompanyIn"];
+            };
+        };
+        responses: {
+            /** @description Registered already: its record */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompanyOut"];
+                };
+            };
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompanyOut"];
+                };
+            };
+            /** @description The body could not be read as JSON text (e.g. it is not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Registered already under another display name */
+            409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description An id that is not 1..128 of `A-Za-z0-9._:-`, or an unknown field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    read_company_v1_companies__company_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompanyOut"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    offboard_company_v1_companies__company_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OffboardingOut"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    read_offboarding_v1_companies__company_id__offboarding_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OffboardingOut"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The company was never offboarded */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    erase_company_user_v1_companies__company_id__users__user_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+                /** @description The user, as the company's tokens name them (`sub`) */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserErasureOut"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_company_spaces_v1_companies__company_id__spaces_get: {
+        parameters: {
+            query?: {
+                /** @description Page size */
+                limit?: number;
+                /** @description From `next_cursor` */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_SpaceSettingsOut_"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    read_company_space_v1_companies__company_id__spaces__space_id__settings_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                space_id: string;
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpaceSettingsOut"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request is invalid; `errors` names the offending fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The database is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    set_company_space_v1_companies__company_id__spaces__space_id__settings_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                space_id: string;
+                /** @description The company, as the tokens of its users name it (`company_id`) */
+                company_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SpacePatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SpaceSettingsOut"];
+                };
+            };
+            /** @description The body could not be read as JSON text (e.g. it is not UTF-8) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing, malformed, expired or invalid bearer token */
+            401: {
+                headers: {
+                    "WWW-Authenticate": "Bearer";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token lacks the role this operation needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such company (a platform operator is told how to register it) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A concurrent save of the space won; send the request again */
+            409: {
+                headers: {
+                    /** @description Seconds to wait before sending the request again: on every `conflict-retry`, and on a `quota-exceeded` while the user's waiting jobs are full */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Invalid value, or memory switched on behind web search */
             422: {
                 headers: {
                     [name: string]: unknown;
