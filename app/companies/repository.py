@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, insert, select, text, update
@@ -217,9 +217,10 @@ async def claim_offboarding(
     return None if row is None else OffboardingRecord(*row)
 
 
+# the time is a parameter: Citus refuses a volatile function inside coalesce in a modification
 _ADD_ERASED = text(
     "UPDATE company_offboardings SET status = 'running',"
-    " started_at = coalesce(started_at, now()),"
+    " started_at = coalesce(started_at, :now),"
     " erased = erased || jsonb_build_object(CAST(:table AS text),"
     "   coalesce((erased ->> CAST(:table AS text))::bigint, 0) + :count)"
     " WHERE id = :id"
@@ -231,20 +232,24 @@ async def add_erased(
 ) -> None:
     """Add `count` rows of `table` to what the offboarding erased (in the transaction that
     deleted them), and mark it running."""
-    await session.execute(_ADD_ERASED, {"id": offboarding_id, "table": table, "count": count})
+    await session.execute(
+        _ADD_ERASED,
+        {"id": offboarding_id, "table": table, "count": count, "now": datetime.now(UTC)},
+    )
 
 
 async def finish_offboarding(
     session: AsyncSession, offboarding_id: uuid.UUID, *, passes: int
 ) -> OffboardingRecord:
+    now = datetime.now(UTC)  # bound, not now(): see _ADD_ERASED
     row = (
         await session.execute(
             update(CompanyOffboarding)
             .where(CompanyOffboarding.id == offboarding_id)
             .values(
                 status="done",
-                started_at=func.coalesce(CompanyOffboarding.started_at, func.now()),
-                finished_at=func.now(),
+                started_at=func.coalesce(CompanyOffboarding.started_at, now),
+                finished_at=now,
                 passes=CompanyOffboarding.passes + passes,
             )
             .returning(*_OFFBOARDING_COLUMNS)

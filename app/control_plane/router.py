@@ -39,6 +39,7 @@ UserIdPath = Annotated[
     Path(
         min_length=1,
         max_length=256,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
         description="The user, as the company's tokens name them (`sub`)",
         openapi_examples={"user": {"summary": "A user of the company", "value": "bob"}},
     ),

@@ -299,7 +299,9 @@ class StreamReader:
             raise StreamError(
                 line,
                 f"the stream holds company {data.get('company_id')!r}, not {self.company_id!r} "
-                "(the company of the path)",
+                "(the company of the path): a company moves under its own id, because its "
+                "users' tokens, its folders' access entries (its Root Group) and its records "
+                "name it; import it into that company",
                 "company_id",
             )
         try:

@@ -23,8 +23,10 @@ from app.control_plane.offboarding import Offboarder
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.quotas.maintenance import quota_check_step
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
-from tests.helpers.db import database_of, rows, scalar
+from tests.helpers.db import database_of
 from tests.helpers.settings import memory_policy_body, register_company
+from tests.helpers.sweep import every_count as scalar
+from tests.helpers.sweep import every_row as rows
 from tests.helpers.worker import make_handler, make_worker
 
 PLATFORM: Final = ("olga", "platform", OPERATOR)
