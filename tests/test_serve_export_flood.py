@@ -280,6 +280,10 @@ async def flood_and_measure(
     operator = {"Authorization": f"Bearer {make_token('olga', 'platform', OPERATOR)}"}
     bob = {"Authorization": f"Bearer {make_token('bob', VICTIM)}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        registered = await client.post(
+            "/v1/companies", json={"company_id": VICTIM}, headers=operator
+        )
+        assert registered.status_code == 201, registered.text
         flag = f"/v1/companies/{VICTIM}/feature-flags/{FLAG_CONTEXT_MEMORY}"
         enabled = await client.put(flag, json={"enabled": True}, headers=operator)
         assert enabled.status_code == 200, enabled.text

@@ -595,6 +595,8 @@ async def test_what_the_memory_policy_kept_out_is_said_and_an_edit_it_refuses_na
     operator = bearer(make_token("olga", "platform", ("operator",)))
     policy = "/v1/companies/acme/memory-policy"
     allowing = memory_policy_body(secrets="allow", instructions="allow")
+    registered = await api.post("/v1/companies", json={"company_id": "acme"}, headers=operator)
+    assert registered.status_code in (200, 201), registered.text
     assert (await api.put(policy, json=allowing, headers=operator)).status_code == 200
     first = {
         Section.IDENTITY: [
