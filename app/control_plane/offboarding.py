@@ -30,6 +30,7 @@ from app.companies import repository as companies
 from app.companies.registry import UnknownCompany
 from app.companies.repository import OffboardingRecord
 from app.kit.auth import Principal
+from app.kit.errors import NotFound
 
 logger = logging.getLogger("app.control_plane")
 
@@ -72,7 +73,7 @@ async def read_offboarding(session: AsyncSession, company_id: str) -> Offboardin
     """The receipt of the company's latest offboarding (404 when it was never offboarded)."""
     latest = await companies.select_latest_offboarding(session, company_id)
     if latest is None:
-        raise UnknownCompany(company_id)
+        raise NotFound(f"Company {company_id!r} was never offboarded.")
     return latest
 
 
@@ -122,6 +123,16 @@ class Offboarder:
             extra={"offboarding_id": str(done.id), "rows": sum(done.erased.values())},
         )
         return done
+
+    async def run_after_answer(self, engine: AsyncEngine, offboarding_id: uuid.UUID) -> None:
+        """`run`, from the request that queued it, once its answer is sent: a failure (the
+        database gone) is logged, and the worker's `resume_step` carries on later."""
+        try:
+            await self.run(engine, offboarding_id)
+        except Exception:
+            logger.warning(
+                "offboarding %s stopped; the worker resumes it", offboarding_id, exc_info=True
+            )
 
     async def resume_step(self, engine: AsyncEngine) -> int:
         """The worker's maintenance step: every unfinished offboarding run again (those

@@ -197,7 +197,7 @@ async def offboard_company(
     record = await offboarding.request_offboarding(session, operator, company_id)
     if record.status != "done":
         offboarder: Offboarder = request.app.state.offboarder
-        background.add_task(offboarder.run, database(request).engine, record.id)
+        background.add_task(offboarder.run_after_answer, database(request).engine, record.id)
     return _receipt(record)
 
 

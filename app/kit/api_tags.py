@@ -47,9 +47,12 @@ OPENAPI_TAGS: Final[list[dict[str, Any]]] = [
         "name": OPERATOR,
         "description": (
             "The people who run the service, across companies (the `operator` role): the "
-            "company feature flags that switch context memory on, the audit trail of every "
-            "settings change, the company's job queue with its dead letters and retries, and "
-            "the company's data exported (NDJSON) and imported into another deployment."
+            "companies it serves (registered, listed with a summary each, offboarded with a "
+            "receipt), the company feature flags that switch context memory on, the audit trail "
+            "of every settings change, the company's job queue with its dead letters and "
+            "retries, and the company's data exported (NDJSON) and imported into another "
+            "deployment. A company's own operators (the `company_operator` role) read its "
+            "record, set its spaces and erase its users on request."
         ),
     },
     {

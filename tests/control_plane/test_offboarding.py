@@ -255,7 +255,7 @@ async def test_a_second_delete_answers_the_same_receipt_and_writes_nothing(
 class _Idle:
     """An offboarder that runs nothing when the request asks it to (the process "crashed")."""
 
-    async def run(self, *_: Any) -> None:
+    async def run_after_answer(self, *_: Any) -> None:
         return None
 
 
