@@ -160,3 +160,16 @@ async def test_a_companys_users_are_served_before_it_is_registered_without_regis
     assert saved.json()["consolidation"]["status"] == "skipped"  # memory off until an operator
     assert await scalar(app, "SELECT count(*) FROM turns WHERE company_id = 'newco'") == 1
     assert await scalar(app, "SELECT count(*) FROM companies") == 0
+
+
+async def test_an_oversized_registration_is_a_413_and_registers_nothing(
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    limit: int = app.state.settings.max_body_bytes
+    body = {"company_id": "acme", "display_name": "A" * (limit + 1)}
+
+    response = await client.post("/v1/companies", json=body, headers=auth(*PLATFORM))
+
+    assert response.status_code == 413, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert await scalar(app, "SELECT count(*) FROM companies") == 0
