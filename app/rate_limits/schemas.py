@@ -6,11 +6,12 @@ Request bodies forbid unknown fields and take strict JSON types, as the other se
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.enablement.schemas import EDITOR, EDITOR_COMPANY
+from app.kit.contract import WHOLE_NUMBER
 from app.rate_limits.limiter import Overrides
 from app.rate_limits.policy import MAX_QUOTA, MAX_WINDOW_SECONDS, Limit, RouteClass, Scope
 from app.rate_limits.service import RateLimitsView, last_saved
@@ -24,8 +25,8 @@ class LimitBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    quota: StrictInt = Field(ge=1, le=MAX_QUOTA)
-    window_seconds: StrictInt = Field(ge=1, le=MAX_WINDOW_SECONDS)
+    quota: Annotated[StrictInt, Field(ge=1, le=MAX_QUOTA), WHOLE_NUMBER]
+    window_seconds: Annotated[StrictInt, Field(ge=1, le=MAX_WINDOW_SECONDS), WHOLE_NUMBER]
 
     def to_limit(self) -> Limit:
         return Limit(self.quota, self.window_seconds)

@@ -5,6 +5,7 @@ writes nothing."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,20 +28,23 @@ COMPANY_OPERATOR = ("company_operator",)
 async def test_a_platform_operator_registers_lists_and_reads_companies_with_their_summary(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
+    # ids of this test alone: the app's usage meter may hold other tests' counts of `acme`
+    tag = uuid.uuid4().hex[:8]
+    first_co, second_co, third_co = f"a-{tag}", f"b-{tag}", f"c-{tag}"
     operator = auth(*PLATFORM)
     created = await client.post(
-        "/v1/companies", json={"company_id": "initech", "display_name": "Initech"}, headers=operator
+        "/v1/companies", json={"company_id": third_co, "display_name": "Initech"}, headers=operator
     )
     assert created.status_code == 201, created.text
     assert created.json()["display_name"] == "Initech"
     assert created.json()["origin"] == "operator"
-    await enable_company(client, auth, "acme")
-    await register_company(client, auth, "globex")
-    await save_turn(client, auth, "chat-1", [user("I work at Acme.")], "Noted.")
+    await enable_company(client, auth, first_co)
+    await register_company(client, auth, second_co)
+    await save_turn(client, auth, "chat-1", [user("I work at Acme.")], "Noted.", company=first_co)
     response = await client.put(
         "/v1/me/memory",
         json={"content": memory_md({Section.IDENTITY: ["Works at Acme."]})},
-        headers=auth("alice", "acme") | {"If-None-Match": "*"},
+        headers=auth("alice", first_co) | {"If-None-Match": "*"},
     )
     assert response.status_code == 201, response.text
     await app.state.usage_meter.flush()
@@ -55,17 +59,17 @@ async def test_a_platform_operator_registers_lists_and_reads_companies_with_thei
 
     pages = [first.json(), rest.json()]
     ids = [item["company_id"] for page in pages for item in page["items"]]
-    assert ids == ["acme", "globex", "initech"]
+    assert ids == [first_co, second_co, third_co]
     assert pages[1]["next_cursor"] is None
-    acme: dict[str, Any] = pages[0]["items"][0]
-    assert acme["users_with_memory"] == 1
-    assert acme["last_activity"] == str(datetime.now(UTC).date())
-    assert acme["usage_month"] == str(datetime.now(UTC).date().replace(day=1))
-    assert acme["usage_this_month"]["turns_saved"] == 1
+    summary: dict[str, Any] = pages[0]["items"][0]
+    assert summary["users_with_memory"] == 1
+    assert summary["last_activity"] == str(datetime.now(UTC).date())
+    assert summary["usage_month"] == str(datetime.now(UTC).date().replace(day=1))
+    assert summary["usage_this_month"]["turns_saved"] == 1
     assert pages[1]["items"][0]["users_with_memory"] == 0
     assert pages[1]["items"][0]["last_activity"] is None
-    read = await client.get("/v1/companies/acme", headers=operator)
-    assert read.json() == acme
+    read = await client.get(f"/v1/companies/{first_co}", headers=operator)
+    assert read.json() == summary
 
 
 async def test_registering_again_answers_the_record_and_another_name_is_a_409(
