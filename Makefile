@@ -8,6 +8,8 @@ IDP := tests/identity_provider
 IDP_STAMP := $(IDP)/node_modules/.installed
 TS_CLIENT := clients/typescript
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
+AXE := tests/browser/axe
+AXE_STAMP := $(AXE)/node_modules/.installed
 
 .PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo demo-ts eval clean
 
@@ -38,6 +40,16 @@ $(TS_STAMP): $(TS_CLIENT)/package-lock.json
 		echo "npm not found: the TypeScript client's tests need Node.js and npm"; \
 	fi
 
+# axe-core, pinned, which the browser tests inject into the pages to scan them for accessibility
+# violations; installed again when package-lock.json changes. Without npm the scans fail and say
+# what is missing (the browser tests themselves skip without Chromium).
+$(AXE_STAMP): $(AXE)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(AXE) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm not found: the browser tests' accessibility scans need npm"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
 
@@ -64,13 +76,13 @@ eval: $(STAMP)
 # built once), the files handed out longest first (tests/conftest.py's LONGEST_FILES).
 # `make test XDIST=` runs in one process; PYTEST_ARGS comes last and wins.
 XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
-test: $(STAMP) $(IDP_STAMP) $(TS_STAMP)
+test: $(STAMP) $(IDP_STAMP) $(TS_STAMP) $(AXE_STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(XDIST) $(PYTEST_ARGS)
 
-# The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
+# The pages (/ui/memory, /ui/admin, /docs, /redoc) in headless Chromium, installed from Debian's packages
 # when missing (`make test` runs them too, and skips them without Chromium); screenshots of
 # every step in var/artifacts/browser/.
-test-browser: $(STAMP) $(IDP_STAMP)
+test-browser: $(STAMP) $(IDP_STAMP) $(AXE_STAMP)
 	.ci/install-chromium
 	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 
