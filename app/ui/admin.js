@@ -361,7 +361,7 @@
       return;
     }
     const what = "You signed in, but this service did not accept your sign-in.";
-    if (await useToken(accessToken, { viaProvider: true, what })) $("main").focus();
+    await useToken(accessToken, { viaProvider: true, what }); // focuses the first page's heading
   }
 
   function signOut() {
@@ -892,13 +892,15 @@
       const byModel = {};
       for (const call of day.model_calls) {
         if (!models.includes(call.model)) models.push(call.model);
-        const entry = byModel[call.model] || { tokens: 0, cost: 0 };
+        const entry = byModel[call.model] || { tokens: 0, cost: 0, priced: true };
         entry.tokens += call.prompt_tokens + call.completion_tokens;
         entry.cost += call.estimated_cost || 0;
+        entry.priced = entry.priced && call.estimated_cost !== null;
         byModel[call.model] = entry;
       }
       return { day: day.day, byModel };
     });
+    models.sort(); // a model keeps its colour whatever order the days list it in
     return { models, days };
   }
 
@@ -916,7 +918,7 @@
       ...series.models.map((model, index) => el("li", {}, el("span", { class: `swatch series-${index % 8}`, "aria-hidden": "true" }), model)),
     );
     const rows = series.days.flatMap(({ day, byModel }) =>
-      Object.entries(byModel).map(([model, entry]) => el("tr", {}, el("td", {}, day), el("td", {}, model), el("td", {}, formatNumber(entry.tokens)), el("td", {}, entry.cost.toFixed(4)))),
+      Object.entries(byModel).map(([model, entry]) => el("tr", {}, el("td", {}, day), el("td", {}, model), el("td", {}, formatNumber(entry.tokens)), el("td", {}, entry.priced ? entry.cost.toFixed(4) : "no price"))),
     );
     $("usage-rows").replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: "4" }, "No model calls in this range."))]));
   }
@@ -935,7 +937,7 @@
     const slot = (width - left - 8) / Math.max(1, series.days.length);
     const bar = Math.max(1, slot * 0.7);
     const summary = highest > 0 ? `Highest day: ${format(highest)}.` : "Nothing in this range.";
-    const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-labelledby": captionId, preserveAspectRatio: "none" });
+    const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-labelledby": captionId });
     chart.append(svg("title", {}, `${$(captionId).textContent}. ${summary}`));
     chart.append(svg("line", { class: "axis", x1: left, y1: top, x2: left, y2: top + plotHeight }));
     chart.append(svg("line", { class: "axis", x1: left, y1: top + plotHeight, x2: width, y2: top + plotHeight }));
@@ -1136,7 +1138,7 @@
         $("token").focus();
         return;
       }
-      useToken(token).then((ok) => ok && $("main").focus());
+      useToken(token); // focuses the first page's heading
     });
     $("forget-token").addEventListener("click", forgetToken);
     $("sign-in-button").addEventListener("click", (event) => busy(event.currentTarget, startSignIn));
