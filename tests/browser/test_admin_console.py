@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, ViewportSize, expect
 
 from app.main import create_app
 from tests.browser.harness import BrowserPage, Shots, serious_violations
@@ -52,7 +52,7 @@ TOOLTIP = (
     "Context memory is unavailable while web search is enabled, to keep user data out of "
     "external search queries."
 )
-NARROW = {"width": 320, "height": 900}
+NARROW: ViewportSize = {"width": 320, "height": 900}
 # per million tokens: gpt-4o's day before yesterday costs 1200 * 2.5 + 300 * 10 = 6000 millionths
 PRICES = {
     "gpt-4o": {"prompt_per_million": 2.5, "completion_per_million": 10.0},
