@@ -404,6 +404,21 @@ async def test_a_platform_operator_lists_companies_and_offboards_one_with_typed_
     await row.get_by_role("button", name=f"Open {leaving}").click()
     await expect(page.locator("#company-name")).to_have_text(leaving)
     await expect(page.get_by_role("heading", name="Feature flags", level=2)).to_be_focused()
+
+    # an erasure request, confirmed by typing the user's id, and its receipt
+    await open_page(page, "Erasure requests")
+    await page.get_by_label("Erase everything the service holds about a user (user id)").fill(
+        "wile"
+    )
+    await page.get_by_role("button", name="Erase user…").click()
+    erase = page.get_by_role("dialog").get_by_role("button", name="Erase user")
+    await expect(erase).to_be_disabled()
+    await page.get_by_role("dialog").get_by_label("Type the user id (wile) to confirm").fill("wile")
+    await erase.click()
+    await expect(page.get_by_role("status")).to_contain_text("wile was erased.")
+    await expect(page.locator("#erasures li")).to_have_count(1)
+    await shot("erasure-receipt")
+    await assert_accessible(page, "erasure requests")
     await page.get_by_role("button", name="All companies").click()
 
     # offboarding: confirmed only once the company's id is typed
