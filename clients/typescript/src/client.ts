@@ -1,5 +1,5 @@
 /**
- * `ContextMemoryClient`: every orchestrator and user route of the service as a method, over the
+ * `ContextMemoryClient`: every route of the service's API as a method, over the
  * global `fetch` (or one given), with the Python client's retry rules: a request is repeated
  * only when repeating it is safe (after a 429, a 503, a 409 `conflict-retry`, or no answer), a
  * turn-save keeps one `Idempotency-Key` across its attempts, and `Retry-After` is honoured.
