@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -30,19 +31,25 @@ from app.turns import repository
 from app.turns.batching import ALONE, Connect, TurnBatcher
 from tests.helpers.apps import COMPANY, SPACE, AuthFactory, client_of
 from tests.helpers.apps import app_with as app_with_settings
-from tests.helpers.db import _asyncpg_dsn, rows
+from tests.helpers.db import admin_connect, rows
+from tests.helpers.on_citus import fails_on_citus
 from tests.helpers.settings import enable_company, patch_space, patch_user_settings
 from tests.helpers.turns import save_turn, user
 
 # u-on reaches 5 waiting jobs when its turns are saved one after the other; u-full has 6
 LIMITS = QuotaLimits(user_queued_jobs=6, job_max_turns=5, user_history_messages=10)
 _BOGUS_ROLE = cast(Role, SimpleNamespace(value="bogus"))  # refused by ck_chat_messages_role
+BATCH_FAILS_ON_CITUS = fails_on_citus(
+    "the batch form of the turn-save stops with `invalid input syntax for type bigint:"
+    ' "PGCOPY"` (Citus passes a step\'s rows in binary and reads them as text), so each of its'
+    " turns is handed back and saved alone"
+)
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 SPACE_OFF = "space-off"
 
 
 async def _connect(database_url: str) -> asyncpg.Connection:
-    return await asyncpg.connect(**_asyncpg_dsn(database_url))
+    return await admin_connect(database_url)
 
 
 def _turn(
@@ -181,6 +188,7 @@ def _settings(done: repository.CommonTurnSave) -> repository.TurnSettingsRow:
     return done.settings
 
 
+@BATCH_FAILS_ON_CITUS
 async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
@@ -231,6 +239,7 @@ async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
     assert [jobs[n]["trace_context"] for n in sorted(jobs)] == [None, None, [TRACEPARENT], None]
 
 
+@BATCH_FAILS_ON_CITUS
 async def test_batches_over_the_same_chats_in_opposite_orders_never_deadlock(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
@@ -305,6 +314,7 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
     assert sorted((r.user_id, r.chat_id) for r in stored) == [("u-a", "chat-1"), ("u-a", "chat-2")]
 
 
+@BATCH_FAILS_ON_CITUS
 async def test_a_batch_holds_the_turns_of_one_company(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
@@ -426,12 +436,13 @@ async def test_a_turn_save_counts_the_users_waiting_jobs_over_the_owners_index(
         ):
             explain = await conn.prepare(f"EXPLAIN {sql}")
             plan = "\n".join(r[0] for r in await explain.fetch(*[params[n] for n in names]))
-            assert "ix_jobs_waiting_owner on jobs wj" in plan, plan
+            assert re.search(r"ix_jobs_waiting_owner(_\d+)? on jobs(_\d+)? wj", plan), plan
             assert "ix_jobs_claimable" not in plan, plan
     finally:
         await conn.close()
 
 
+@BATCH_FAILS_ON_CITUS
 async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_batch(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app.turns.idempotency import REPLAYED_HEADER
 from app.turns.repository import idempotency_lock_key, prune_idempotency_keys
 from tests.helpers.apps import COMPANY, AuthFactory
-from tests.helpers.db import rows
+from tests.helpers.db import execute, rows
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import new_chat, stored, turn_body, user
 
@@ -141,8 +141,7 @@ async def test_an_expired_key_is_treated_as_new(
 ) -> None:
     chat, key = new_chat(), "old-key"
     first = await post(client, auth, chat, key)
-    async with app.state.database.engine.begin() as conn:
-        await conn.execute(text("UPDATE idempotency_keys SET expires_at = now() - interval '1s'"))
+    await execute(app, "UPDATE idempotency_keys SET expires_at = now() - interval '1s'")
 
     other = turn_body([user("A new question")], "A new answer.")
     fresh = await post(client, auth, chat, key, body=other)
@@ -162,13 +161,11 @@ async def test_prune_deletes_only_expired_keys(
     chat = new_chat()
     for key in ("a", "b", "c"):
         await post(client, auth, chat, f"key-{key}", body=turn_body([user(key)], key))
-    async with app.state.database.engine.begin() as conn:
-        await conn.execute(
-            text(
-                "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'"
-                " WHERE key IN ('key-a', 'key-b')"
-            )
-        )
+    await execute(
+        app,
+        "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'"
+        " WHERE key IN ('key-a', 'key-b')",
+    )
 
     assert await prune_idempotency_keys(app.state.database.engine) == 2
     assert await prune_idempotency_keys(app.state.database.engine) == 0
