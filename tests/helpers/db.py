@@ -20,16 +20,20 @@ import asyncpg
 from fastapi import FastAPI
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.kit.citus import ACROSS_COMPANIES_SQL, runs_citus
 from app.kit.db import Database, run_migrations
 
-EVERY_SHARD: Final = {"citus.multi_task_query_log_level": "off"}
-"""The session setting of a test's own connections: on a Citus cluster its statements may reach
-every shard (the service's role makes that an error); on plain PostgreSQL a setting of an
-extension that is not there is kept as a placeholder and means nothing."""
+EVERY_SHARD: Final = {
+    "citus.multi_task_query_log_level": "off",
+    "citus.enable_unsafe_triggers": "on",
+}
+"""The session settings of a test's own connections: on a Citus cluster its statements may reach
+every shard (the service's role makes that an error), and it may put a trigger on a distributed
+table (the fault a test injects: Citus then creates it on every shard). On plain PostgreSQL a
+setting of an extension that is not there is kept as a placeholder and means nothing."""
 
 
 def _asyncpg_dsn(url: str) -> dict[str, Any]:
@@ -114,14 +118,15 @@ def sessions(app: FastAPI) -> async_sessionmaker[AsyncSession]:
 
 
 @asynccontextmanager
-async def admin_session(app: FastAPI) -> AsyncIterator[AsyncSession]:
-    """A session of the app's engine for the test's own statements (rows set up, rows read
-    back across companies): on a Citus cluster every transaction it begins first lets its
-    statements reach every shard (`SET LOCAL`, gone with the transaction, so the connection
-    goes back to the app's pool as the service uses it). The service's own functions take the
-    app's plain `sessions`."""
-    async with sessions(app)() as session:
-        if await runs_citus(database_of(app).engine):
+async def admin_session(bind: FastAPI | AsyncEngine) -> AsyncIterator[AsyncSession]:
+    """A session of the app's engine (or of `bind`, an engine) for the test's own statements:
+    rows set up, rows read back across companies. On a Citus cluster every transaction it
+    begins first lets its statements reach every shard (`SET LOCAL`, gone with the
+    transaction, so the connection goes back to the pool as the service uses it). The
+    service's own functions take the app's plain `sessions` and `engine`."""
+    engine = bind if isinstance(bind, AsyncEngine) else database_of(bind).engine
+    async with AsyncSession(engine, expire_on_commit=False) as session:
+        if await runs_citus(engine):
             event.listen(session.sync_session, "after_begin", _reach_every_shard)
         yield session
 
