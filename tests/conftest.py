@@ -44,6 +44,7 @@ from tests.helpers.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_mo
     chat_model_fixture,
     llm_stub_fixture,
 )
+from tests.helpers.on_citus import ON_CITUS
 
 # records the service's SQL statements for tests/test_statement_routing.py (run last)
 pytest_plugins = ("tests.helpers.statement_log",)
@@ -77,9 +78,17 @@ LONGEST_FILES = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On an xdist worker: the longest files first (a stable sort: each file's tests, and the
-    files not named, keep their order). Every worker sorts alike, as xdist requires."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a Citus cluster (TEST_CITUS=1): only the tests that use the database (the
+    `database_url` fixture, directly or through `app`, `client`, `engine`, ...); the others,
+    parsers and rules, run alike anywhere, and `make test` ran them already. On an xdist
+    worker: the longest files first (a stable sort: each file's tests, and the files not
+    named, keep their order). Every worker selects and sorts alike, as xdist requires."""
+    if ON_CITUS:
+        apart = [item for item in items if "database_url" not in _fixtures_of(item)]
+        if apart:
+            config.hook.pytest_deselected(items=apart)
+            items[:] = [item for item in items if "database_url" in _fixtures_of(item)]
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank = {path: n for n, path in enumerate(LONGEST_FILES)}
@@ -91,6 +100,10 @@ CITUS_SHARDS = 4
 that reads every company still reaches several shards (and fails as the service's role) on
 either node, while the TRUNCATE after every test locks 88 shards, not the 704 of Citus's
 default 32 (~0.15 s a test against ~0.8 s, most of the run's time)."""
+
+
+def _fixtures_of(item: pytest.Item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +127,7 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
     service's role that turns multi-shard statements into errors (tests/helpers/citus.py): how
     a suite is tried on the cluster (`TEST_CITUS=1 pytest tests/turns`)."""
     name = _database_name()
-    if os.environ.get("TEST_CITUS") == "1":
+    if ON_CITUS:
         (PROJECT_ROOT / "var").mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="citus-") as tmp:
             async with cluster_database(Path(tmp), name, CITUS_SHARDS) as on_cluster:
