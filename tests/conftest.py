@@ -20,6 +20,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,8 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
     if ON_CITUS:
         (PROJECT_ROOT / "var").mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="citus-") as tmp:
-            async with cluster_database(Path(tmp), name, CITUS_SHARDS) as on_cluster:
-                yield on_cluster.url
+            async with _cluster_of_the_run(Path(tmp), name) as url:
+                yield url
         return
     await admin_execute(server_url, f'CREATE DATABASE "{name}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
@@ -140,6 +141,28 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
         yield url
     finally:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@asynccontextmanager
+async def _cluster_of_the_run(workdir: Path, name: str) -> AsyncIterator[str]:
+    """The database `name` on a cluster in `workdir`; a cluster that fails to start fails with
+    the end of each node's log (the directory is gone after)."""
+    started = False
+    try:
+        async with cluster_database(workdir, name, CITUS_SHARDS) as on_cluster:
+            started = True
+            yield on_cluster.url
+    except pytest.fail.Exception as failure:
+        if started:
+            raise
+        pytest.fail(f"{failure}{await asyncio.to_thread(_log_ends, workdir)}")
+
+
+def _log_ends(workdir: Path) -> str:
+    return "".join(
+        f"\n--- {log.name}\n{log.read_text(errors='replace')[-2000:]}"
+        for log in sorted(workdir.glob("*.log"))
+    )
 
 
 def _database_name() -> str:
