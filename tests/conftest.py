@@ -149,7 +149,7 @@ async def _cluster_of_the_run(workdir: Path, name: str) -> AsyncIterator[str]:
     the end of each node's log (the directory is gone after)."""
     started = False
     try:
-        async with cluster_database(workdir, name, CITUS_SHARDS) as on_cluster:
+        async with cluster_database(workdir, name, shard_count=CITUS_SHARDS) as on_cluster:
             started = True
             yield on_cluster.url
     except pytest.fail.Exception as failure:

@@ -1,5 +1,5 @@
 """Whether this run is on a Citus cluster (`TEST_CITUS=1`: the root `database_url` fixture starts
-one, tests/conftest.py), and the marks of the few tests that do not pass there, each with its
+one, tests/conftest.py), and the mark of the few tests that do not run there, each with its
 reason: `make test-citus` runs the domain suites on the cluster, where every statement the
 service sends that reaches more than one shard fails."""
 
@@ -17,9 +17,3 @@ def not_on_citus(reason: str) -> pytest.MarkDecorator:
     """Skipped on the cluster: the test needs what a run on it does not have (servers of its
     own, a single node's plans)."""
     return pytest.mark.skipif(ON_CITUS, reason=f"not on a Citus cluster: {reason}")
-
-
-def fails_on_citus(reason: str) -> pytest.MarkDecorator:
-    """A failure of the service on the cluster, known and still to be fixed: expected there, and
-    strictly, so the run fails once it passes and the mark must go."""
-    return pytest.mark.xfail(ON_CITUS, reason=f"fails on a Citus cluster: {reason}", strict=True)

@@ -32,18 +32,20 @@ from app.turns.batching import ALONE, Connect, TurnBatcher
 from tests.helpers.apps import COMPANY, SPACE, AuthFactory, client_of
 from tests.helpers.apps import app_with as app_with_settings
 from tests.helpers.db import admin_connect, rows
-from tests.helpers.on_citus import fails_on_citus
+from tests.helpers.on_citus import ON_CITUS, not_on_citus
 from tests.helpers.settings import enable_company, patch_space, patch_user_settings
 from tests.helpers.turns import save_turn, user
 
 # u-on reaches 5 waiting jobs when its turns are saved one after the other; u-full has 6
 LIMITS = QuotaLimits(user_queued_jobs=6, job_max_turns=5, user_history_messages=10)
 _BOGUS_ROLE = cast(Role, SimpleNamespace(value="bogus"))  # refused by ck_chat_messages_role
-BATCH_FAILS_ON_CITUS = fails_on_citus(
-    "the batch form of the turn-save stops with `invalid input syntax for type bigint:"
-    ' "PGCOPY"` (Citus passes a step\'s rows in binary and reads them as text), so each of its'
-    " turns is handed back and saved alone"
-)
+
+
+async def on_citus() -> bool:
+    """The batcher's question, answered by the run: the statements' form for the cluster."""
+    return ON_CITUS
+
+
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 SPACE_OFF = "space-off"
 
@@ -188,17 +190,18 @@ def _settings(done: repository.CommonTurnSave) -> repository.TurnSettingsRow:
     return done.settings
 
 
-@BATCH_FAILS_ON_CITUS
 async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
     await _scenarios(client, auth, app)
     turns = _batch()
     async with _rolled_back(database_url) as conn:
-        alone = [await repository.save_common_turn(conn, t, limits=LIMITS) for t in turns]
+        alone = [
+            await repository.save_common_turn(conn, t, limits=LIMITS, citus=ON_CITUS) for t in turns
+        ]
         written_alone = await _written(conn, turns)
     async with _rolled_back(database_url) as conn:
-        together = await repository.save_common_turns(conn, turns, limits=LIMITS)
+        together = await repository.save_common_turns(conn, turns, limits=LIMITS, citus=ON_CITUS)
         written_together = await _written(conn, turns)
 
     # the same decisions and the same rows; what differs is the snapshot: each lone statement
@@ -239,7 +242,11 @@ async def test_a_batch_decides_and_writes_each_turn_as_its_own_statement_does(
     assert [jobs[n]["trace_context"] for n in sorted(jobs)] == [None, None, [TRACEPARENT], None]
 
 
-@BATCH_FAILS_ON_CITUS
+@not_on_citus(
+    "the test's holder takes the chat's lock in a statement of its own, on the coordinator, and"
+    " counts the waits there; the batch's company function takes its locks on the company's"
+    " worker, where the same statement orders them alike"
+)
 async def test_batches_over_the_same_chats_in_opposite_orders_never_deadlock(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
@@ -262,8 +269,8 @@ async def test_batches_over_the_same_chats_in_opposite_orders_never_deadlock(
             chat_lock_key(COMPANY, "u-2", "chat-a"),
         )
         saving = asyncio.gather(
-            repository.save_common_turns(first, forward, limits=QuotaLimits()),
-            repository.save_common_turns(second, backward, limits=QuotaLimits()),
+            repository.save_common_turns(first, forward, limits=QuotaLimits(), citus=ON_CITUS),
+            repository.save_common_turns(second, backward, limits=QuotaLimits(), citus=ON_CITUS),
         )
         for _ in range(300):  # until both statements wait for a lock
             waiting = await holder.fetchval(
@@ -295,7 +302,9 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
         await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub=sub)
     good, bad = _turn("u-a", "chat-1"), _turn("u-b", "chat-1", role=_BOGUS_ROLE)
     held = asyncio.Event()  # the batch forms behind the first statement
-    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1)
+    batcher = TurnBatcher(
+        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
+    )
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-2")))
     await asyncio.sleep(0.05)
     together = [asyncio.create_task(batcher.save(t)) for t in (good, bad)]
@@ -307,14 +316,15 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
     assert await together[0] is ALONE
     assert await together[1] is ALONE
     async with _connected(app) as conn:
-        assert (await repository.save_common_turn(conn, good, limits=QuotaLimits())).written
+        assert (
+            await repository.save_common_turn(conn, good, limits=QuotaLimits(), citus=ON_CITUS)
+        ).written
         with pytest.raises(asyncpg.CheckViolationError):
-            await repository.save_common_turn(conn, bad, limits=QuotaLimits())
+            await repository.save_common_turn(conn, bad, limits=QuotaLimits(), citus=ON_CITUS)
     stored = await rows(app, "SELECT user_id, chat_id FROM turns WHERE chat_id <> 'chat-0'")
     assert sorted((r.user_id, r.chat_id) for r in stored) == [("u-a", "chat-1"), ("u-a", "chat-2")]
 
 
-@BATCH_FAILS_ON_CITUS
 async def test_a_batch_holds_the_turns_of_one_company(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:
@@ -326,7 +336,9 @@ async def test_a_batch_holds_the_turns_of_one_company(
         await save_turn(client, auth, "chat-0", [user("Hi.")], "Hi.", sub="u-a", company=company)
     held = asyncio.Event()
     batches: list[int] = []
-    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1)
+    batcher = TurnBatcher(
+        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
+    )
     batcher.observe = batches.append
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))
     await asyncio.sleep(0.05)
@@ -345,14 +357,18 @@ async def test_a_batch_holds_the_turns_of_one_company(
     async with _connected(app) as conn:
         mixed = [_turn("u-a", "chat-9"), _turn("u-a", "chat-9", company="beta")]
         with pytest.raises(ValueError, match="share every parameter"):
-            await repository.save_common_turns(conn, mixed, limits=QuotaLimits())
+            await repository.save_common_turns(conn, mixed, limits=QuotaLimits(), citus=ON_CITUS)
 
 
 async def test_a_lone_turn_meets_its_own_error(database_url: str) -> None:
     """A batch of one is the one-turn statement: its error is the request's, not `ALONE`."""
     async with app_with_settings(database_url) as app:
         batcher = TurnBatcher(
-            app.state.database.driver.connection, QuotaLimits(), max_batch=8, in_flight=1
+            app.state.database.driver.connection,
+            QuotaLimits(),
+            max_batch=8,
+            in_flight=1,
+            citus=on_citus,
         )
         with pytest.raises(asyncpg.CheckViolationError):
             await batcher.save(_turn("u-b", "chat-1", role=_BOGUS_ROLE))
@@ -442,7 +458,6 @@ async def test_a_turn_save_counts_the_users_waiting_jobs_over_the_owners_index(
         await conn.close()
 
 
-@BATCH_FAILS_ON_CITUS
 async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_batch(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
@@ -453,7 +468,9 @@ async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_bat
     await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub="u-a")
     held = asyncio.Event()
     batches: list[int] = []
-    batcher = TurnBatcher(_first_held(app, held), QuotaLimits(), max_batch=8, in_flight=2)
+    batcher = TurnBatcher(
+        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=2, citus=on_citus
+    )
     batcher.observe = batches.append
     saving = [asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))]
     await asyncio.sleep(0.05)
