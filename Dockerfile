@@ -16,10 +16,14 @@ RUN groupadd --system --gid 10001 app \
  && useradd --system --uid 10001 --gid app --home-dir /srv --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /srv
-COPY --chown=app:app alembic.ini ./
+COPY --chown=app:app alembic.ini pyproject.toml ./
 COPY --chown=app:app migrations ./migrations
 COPY --chown=app:app app ./app
-ENV PATH=/opt/venv/bin:$PATH \
+# the commit the image is built from, for the build_info metric:
+#   docker build --build-arg BUILD_COMMIT=$(git rev-parse HEAD) .
+ARG BUILD_COMMIT=unknown
+ENV BUILD_COMMIT=$BUILD_COMMIT \
+    PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     ENVIRONMENT=production

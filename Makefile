@@ -8,8 +8,10 @@ IDP := tests/identity_provider
 IDP_STAMP := $(IDP)/node_modules/.installed
 TS_CLIENT := clients/typescript
 TS_STAMP := $(TS_CLIENT)/node_modules/.installed
+AXE := tests/browser/axe
+AXE_STAMP := $(AXE)/node_modules/.installed
 
-.PHONY: run test test-long test-browser lint fmt openapi migrate token bench demo demo-ts eval clean
+.PHONY: run test test-citus test-long test-browser lint fmt openapi migrate token bench demo demo-ts eval clean
 
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +40,16 @@ $(TS_STAMP): $(TS_CLIENT)/package-lock.json
 		echo "npm not found: the TypeScript client's tests need Node.js and npm"; \
 	fi
 
+# axe-core, pinned, which the browser tests inject into the pages to scan them for accessibility
+# violations; installed again when package-lock.json changes. Without npm the scans fail and say
+# what is missing (the browser tests themselves skip without Chromium).
+$(AXE_STAMP): $(AXE)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(AXE) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm not found: the browser tests' accessibility scans need npm"; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/python -m app serve --host 127.0.0.1 --port 8000
 
@@ -63,14 +75,30 @@ eval: $(STAMP)
 # (tests/conftest.py), a test file's tests on one worker (`loadfile`: a module's fixtures are
 # built once), the files handed out longest first (tests/conftest.py's LONGEST_FILES).
 # `make test XDIST=` runs in one process; PYTEST_ARGS comes last and wins.
+# Then `test-citus`.
 XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
-test: $(STAMP) $(IDP_STAMP) $(TS_STAMP)
+test: $(STAMP) $(IDP_STAMP) $(TS_STAMP) $(AXE_STAMP)
 	$(BIN)/python -m pytest -q -m "not long" $(XDIST) $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-citus
 
-# The pages (/ui/memory, /docs, /redoc) in headless Chromium, installed from Debian's packages
+# The domain suites again on a Citus cluster (TEST_CITUS=1, tests/conftest.py), their tests
+# that use the database only (~600): each worker process starts a coordinator and two workers
+# of its own, and the service connects as a role that turns any statement reaching more than
+# one shard into an error (docs/scaling.md, "What the tests prove"). About 6 minutes on 2
+# cores. Without Citus built (`.ci/install-citus`) it says why and passes; `make test
+# CITUS_SUITES=` leaves it out, `make test-citus CITUS_SUITES=tests/jobs` runs one suite.
+CITUS_SUITES ?= tests/turns tests/profiles tests/jobs tests/consolidation tests/enablement \
+	tests/portability tests/erasure tests/usage tests/rate_limits
+test-citus: $(STAMP)
+	@missing=$$($(BIN)/python -c 'from tests.helpers.citus import citus_missing as m; print(m() or "")'); \
+	if [ -z "$(strip $(CITUS_SUITES))" ]; then echo "test-citus: no suites (CITUS_SUITES is empty)"; \
+	elif [ -n "$$missing" ]; then echo "test-citus: the suites on Citus do not run: $$missing"; \
+	else TEST_CITUS=1 $(BIN)/python -m pytest -q -m "not long" $(XDIST) $(CITUS_SUITES); fi
+
+# The pages (/ui/memory, /ui/admin, /docs, /redoc) in headless Chromium, installed from Debian's packages
 # when missing (`make test` runs them too, and skips them without Chromium); screenshots of
 # every step in var/artifacts/browser/.
-test-browser: $(STAMP) $(IDP_STAMP)
+test-browser: $(STAMP) $(IDP_STAMP) $(AXE_STAMP)
 	.ci/install-chromium
 	$(BIN)/python -m pytest -q -m browser $(PYTEST_ARGS)
 

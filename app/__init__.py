@@ -37,7 +37,8 @@ tests/test_package_order.py. What each layer holds, and why it sits where it doe
     erased, the tables handed in by `main`), their users erased on request (through
     `erasure`) and their spaces set by their operators.
 14. `mcp_server`: the caller's memory over the Model Context Protocol (`/mcp`), on the
-    services below; `ui`: the user's memory page (`/ui/memory`), static files that call the
+    services below; `ui`: the user's memory page (`/ui/memory`) and the admin console
+    (`/ui/admin`), static files that call the
     public API from the browser and import nothing of the domain; `health`: liveness,
     readiness and metrics; `docs_pages`: the offline `/docs` and `/redoc` pages. Independent
     of each other.

@@ -20,6 +20,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from tests.helpers.llm_stub import (  # noqa: F401 - the `llm_stub` and `chat_mo
     chat_model_fixture,
     llm_stub_fixture,
 )
+from tests.helpers.on_citus import ON_CITUS
 
 # records the service's SQL statements for tests/test_statement_routing.py (run last)
 pytest_plugins = ("tests.helpers.statement_log",)
@@ -77,13 +79,32 @@ LONGEST_FILES = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On an xdist worker: the longest files first (a stable sort: each file's tests, and the
-    files not named, keep their order). Every worker sorts alike, as xdist requires."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a Citus cluster (TEST_CITUS=1): only the tests that use the database (the
+    `database_url` fixture, directly or through `app`, `client`, `engine`, ...); the others,
+    parsers and rules, run alike anywhere, and `make test` ran them already. On an xdist
+    worker: the longest files first (a stable sort: each file's tests, and the files not
+    named, keep their order). Every worker selects and sorts alike, as xdist requires."""
+    if ON_CITUS:
+        apart = [item for item in items if "database_url" not in _fixtures_of(item)]
+        if apart:
+            config.hook.pytest_deselected(items=apart)
+            items[:] = [item for item in items if "database_url" in _fixtures_of(item)]
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank = {path: n for n, path in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+CITUS_SHARDS = 4
+"""Shards a table on the suites' cluster (TEST_CITUS=1): two on each worker, so a statement
+that reads every company still reaches several shards (and fails as the service's role) on
+either node, while the TRUNCATE after every test locks 88 shards, not the 704 of Citus's
+default 32 (~0.15 s a test against ~0.8 s, most of the run's time)."""
+
+
+def _fixtures_of(item: pytest.Item) -> tuple[str, ...]:
+    return tuple(getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")
@@ -107,11 +128,11 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
     service's role that turns multi-shard statements into errors (tests/helpers/citus.py): how
     a suite is tried on the cluster (`TEST_CITUS=1 pytest tests/turns`)."""
     name = _database_name()
-    if os.environ.get("TEST_CITUS") == "1":
+    if ON_CITUS:
         (PROJECT_ROOT / "var").mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(dir=PROJECT_ROOT / "var", prefix="citus-") as tmp:
-            async with cluster_database(Path(tmp), name) as on_cluster:
-                yield on_cluster.url
+            async with _cluster_of_the_run(Path(tmp), name) as url:
+                yield url
         return
     await admin_execute(server_url, f'CREATE DATABASE "{name}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
@@ -120,6 +141,28 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
         yield url
     finally:
         await admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@asynccontextmanager
+async def _cluster_of_the_run(workdir: Path, name: str) -> AsyncIterator[str]:
+    """The database `name` on a cluster in `workdir`; a cluster that fails to start fails with
+    the end of each node's log (the directory is gone after)."""
+    started = False
+    try:
+        async with cluster_database(workdir, name, shard_count=CITUS_SHARDS) as on_cluster:
+            started = True
+            yield on_cluster.url
+    except pytest.fail.Exception as failure:
+        if started:
+            raise
+        pytest.fail(f"{failure}{await asyncio.to_thread(_log_ends, workdir)}")
+
+
+def _log_ends(workdir: Path) -> str:
+    return "".join(
+        f"\n--- {log.name}\n{log.read_text(errors='replace')[-2000:]}"
+        for log in sorted(workdir.glob("*.log"))
+    )
 
 
 def _database_name() -> str:

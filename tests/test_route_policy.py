@@ -39,6 +39,10 @@ ROUTE_POLICIES: dict[tuple[str, str], str] = {
     ("GET", "/ui/memory"): "public",
     ("GET", "/ui/assets/memory.css"): "public",
     ("GET", "/ui/assets/memory.js"): "public",
+    ("GET", "/ui/assets/signin.js"): "public",
+    ("GET", "/ui/admin"): "public",
+    ("GET", "/ui/assets/admin.css"): "public",
+    ("GET", "/ui/assets/admin.js"): "public",
     ("GET", "/ui/config.json"): "public",
     # how MCP clients find where to sign in (RFC 9728): public by definition
     ("GET", "/.well-known/oauth-protected-resource"): "public",

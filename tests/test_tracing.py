@@ -33,7 +33,7 @@ from app.kit.observability import JsonFormatter
 from app.kit.tracing import Tracing, redacted
 from app.main import create_app
 from tests.helpers.apps import USER, AuthFactory, TokenFactory, client_of, make_settings
-from tests.helpers.db import _asyncpg_dsn, database_of, rows
+from tests.helpers.db import admin_connect, database_of, rows
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import StubLLMServer, reply
 from tests.helpers.memory import put_memory
@@ -397,7 +397,7 @@ async def test_a_statement_span_is_the_instrumentations_own_name_and_attributes(
     tracing.start()
     statements = ["SELECT 1", "/* why */ WITH x AS (SELECT 2 AS n) SELECT n FROM x", "  select 3"]
     try:
-        conn = await asyncpg.connect(**_asyncpg_dsn(server_url))
+        conn = await admin_connect(server_url)
         try:
             with tracing.tracer.start_as_current_span("request"):
                 for _ in range(2):  # the second time from what was remembered

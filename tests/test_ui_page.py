@@ -1,14 +1,15 @@
-"""The memory page's files as the service serves them: their types and security headers (a
-Content-Security-Policy that adds exactly the OpenID issuer's origin, and only for `connect-src`,
-when the page signs in with it), the sign-in configuration it reads and nothing more, markup the
-policy can run as written (no inline script, style or handler), a token field a form could never
-submit, and a script that keeps the token out of storage and puts the service's text on the page
-as text only. The page at work: `tests/browser/`."""
+"""The files of the memory page and the admin console as the service serves them: their types
+and security headers (a Content-Security-Policy that adds exactly the OpenID issuer's origin,
+and only for `connect-src`, when the page signs in with it), the sign-in configuration it reads
+and nothing more, markup the policy can run as written (no inline script, style or handler), a
+token field a form could never submit, and a script that keeps the token out of storage and puts
+the service's text on the page as text only. The page at work: `tests/browser/`."""
 
 from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,13 +19,22 @@ from app.ui.router import issuer_origin
 from tests.helpers.apps import TEST_JWT_SECRET, client_with
 
 PAGE = "/ui/memory"
+ADMIN = "/ui/admin"
 CONFIG = "/ui/config.json"
 FILES = {
     PAGE: "text/html; charset=utf-8",
+    ADMIN: "text/html; charset=utf-8",
     "/ui/assets/memory.css": "text/css; charset=utf-8",
     "/ui/assets/memory.js": "text/javascript; charset=utf-8",
+    "/ui/assets/signin.js": "text/javascript; charset=utf-8",
+    "/ui/assets/admin.css": "text/css; charset=utf-8",
+    "/ui/assets/admin.js": "text/javascript; charset=utf-8",
 }
-SCRIPT = PROJECT_ROOT / "app" / "ui" / "memory.js"
+UI = PROJECT_ROOT / "app" / "ui"
+SIGN_IN_SCRIPT = UI / "signin.js"
+# each page's own script, after the shared sign-in script
+PAGE_SCRIPTS = {PAGE: UI / "memory.js", ADMIN: UI / "admin.js"}
+SCRIPTS = [SIGN_IN_SCRIPT, *PAGE_SCRIPTS.values()]
 POLICY_WITHOUT_SIGN_IN = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "
@@ -184,11 +194,17 @@ class _Markup(HTMLParser):
             self.script_text.append(data)
 
 
-async def test_the_markup_needs_nothing_the_policy_forbids(client: httpx.AsyncClient) -> None:
+@pytest.mark.parametrize("page", sorted(PAGE_SCRIPTS))
+async def test_the_markup_needs_nothing_the_policy_forbids(
+    client: httpx.AsyncClient, page: str
+) -> None:
     markup = _Markup()
-    markup.feed((await client.get(PAGE)).text)
+    markup.feed((await client.get(page)).text)
     scripts = [attrs for tag, attrs in markup.tags if tag == "script"]
-    assert scripts == [{"src": "assets/memory.js", "defer": None}]
+    assert scripts == [
+        {"src": "assets/signin.js", "defer": None},
+        {"src": f"assets/{PAGE_SCRIPTS[page].name}", "defer": None},
+    ]
     assert not markup.script_text
     assert "style" not in [tag for tag, _ in markup.tags]
     for tag, attrs in markup.tags:
@@ -199,17 +215,21 @@ async def test_the_markup_needs_nothing_the_policy_forbids(client: httpx.AsyncCl
             assert not re.match(r"(https?:)?//", value), f"<{tag} {name}={value}> is off-site"
 
 
-async def test_the_token_field_has_no_name_a_form_could_submit(client: httpx.AsyncClient) -> None:
+@pytest.mark.parametrize("page", sorted(PAGE_SCRIPTS))
+async def test_the_token_field_has_no_name_a_form_could_submit(
+    client: httpx.AsyncClient, page: str
+) -> None:
     markup = _Markup()
-    markup.feed((await client.get(PAGE)).text)
+    markup.feed((await client.get(page)).text)
     fields = [attrs for tag, attrs in markup.tags if tag == "input"]
     token = next(attrs for attrs in fields if attrs.get("id") == "token")
     assert token["type"] == "password"
     assert "name" not in token
 
 
-def test_the_script_keeps_the_token_in_memory_and_writes_text_only() -> None:
-    source = SCRIPT.read_text(encoding="utf-8")
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda script: script.name)
+def test_the_scripts_keep_the_token_in_memory_and_write_text_only(script: Path) -> None:
+    source = script.read_text(encoding="utf-8")
     for forbidden in (
         "innerHTML",
         "outerHTML",
@@ -222,14 +242,23 @@ def test_the_script_keeps_the_token_in_memory_and_writes_text_only() -> None:
         "new Function",
     ):
         assert forbidden not in source, forbidden
+    if script != SIGN_IN_SCRIPT:
+        code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
+        assert "sessionStorage" not in code  # the shared sign-in script is its only user
+        assert "ContextMemorySignIn.tokenFromFragment()" in source
+        assert "storageKey: " in source
+
+
+def test_the_sign_in_script_keeps_only_the_pending_sign_in_in_session_storage() -> None:
+    source = SIGN_IN_SCRIPT.read_text(encoding="utf-8")
     assert "history.replaceState" in source
-    # session storage holds the pending sign-in across the redirect, under its one key, and
-    # nothing else: written once, read and removed together
+    # session storage holds the pending sign-in across the redirect, under the page's one key,
+    # and nothing else: written once, read and removed together
     uses = re.findall(r"sessionStorage\.(\w+)\(([^()]*(?:\([^()]*\))?)\)", source)
     assert sorted(uses) == [
-        ("getItem", "SIGN_IN_KEY"),
-        ("removeItem", "SIGN_IN_KEY"),
-        ("setItem", "SIGN_IN_KEY, JSON.stringify(pending)"),
+        ("getItem", "storageKey"),
+        ("removeItem", "storageKey"),
+        ("setItem", "storageKey, JSON.stringify(pending)"),
     ]
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
     assert code.count("sessionStorage") == len(uses)
@@ -239,27 +268,31 @@ def test_the_script_keeps_the_token_in_memory_and_writes_text_only() -> None:
 
 
 def test_the_sign_in_is_the_code_flow_with_pkce_and_random_state_and_nonce() -> None:
-    source = SCRIPT.read_text(encoding="utf-8")
+    source = SIGN_IN_SCRIPT.read_text(encoding="utf-8")
     assert 'response_type: "code"' in source
     assert 'code_challenge_method: "S256"' in source
     assert 'crypto.subtle.digest("SHA-256"' in source
     assert "crypto.getRandomValues" in source
     assert "Math.random" not in source
-    assert "location.assign(" in source  # a navigation, not a form: form-action stays 'none'
+    for page_script in PAGE_SCRIPTS.values():  # a navigation, not a form: form-action 'none'
+        assert "location.assign(" in page_script.read_text(encoding="utf-8")
     assert "/.well-known/openid-configuration" in source
 
 
-def _functions(source: str) -> dict[str, str]:
-    """The script's functions at the top of its closure, by name: each one's text up to the
-    line that closes it."""
+def _functions(source: str, indent: int = 2) -> dict[str, str]:
+    """The script's functions at `indent` (2: the top of its closure), by name: each one's
+    text up to the line that closes it."""
+    pad = " " * indent
     found = re.finditer(
-        r"^  (?:async )?function (\w+)\(.*?^  \}$", source, flags=re.MULTILINE | re.DOTALL
+        rf"^{pad}(?:async )?function (\w+)\(.*?^{pad}\}}$", source, flags=re.MULTILINE | re.DOTALL
     )
     return {match.group(1): match.group(0) for match in found}
 
 
-def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in() -> None:
-    source = SCRIPT.read_text(encoding="utf-8")
+@pytest.mark.parametrize("page", sorted(PAGE_SCRIPTS))
+def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in(page: str) -> None:
+    source = PAGE_SCRIPTS[page].read_text(encoding="utf-8")
+    shared = SIGN_IN_SCRIPT.read_text(encoding="utf-8")
     functions = _functions(source)
     # a changed fragment (a link to the open page) goes to one function, which uses no token
     assert re.findall(r'addEventListener\("hashchange", ([^)]*)\)', source) == [
@@ -282,17 +315,19 @@ def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in() 
     assert "useToken" not in branches.group("unknown") + branches.group("sign_in")
     # ... and the page reads that configuration before it decides
     start = functions["start"]
-    assert start.index("await loadPageConfig()") < start.index("tokenFromOpeningLink(linked)")
-    setters = [name for name, text in functions.items() if "signIn.configKnown =" in text]
-    assert setters == ["loadPageConfig"]
-    assert 'signIn.configKnown = typeof config === "object";' in functions["loadPageConfig"]
+    assert start.index("await signIn.loadConfig()") < start.index("tokenFromOpeningLink(linked)")
+    assert "configKnown =" not in source  # set by the shared script only, when it reads it
+    setters = [name for name, text in _functions(shared, 4).items() if "configKnown =" in text]
+    assert setters == ["loadConfig"]
+    loader = _functions(shared, 4)["loadConfig"]
+    assert 'signIn.configKnown = typeof config === "object";' in loader
     # a token reaches `useToken` from the opening link, the pasted field and a finished sign-in
     callers = sorted(
         name for name, text in functions.items() if name != "useToken" and "useToken(" in text
     )
     assert callers == ["completeSignIn", "start", "tokenFromOpeningLink"]
     assert functions["start"].count("useToken(") == 1
-    assert 'useToken(token).then((ok) => ok && $("main").focus())' in start
+    assert "useToken(token)" in start
     # the fragment's only readers: the opening and a change, each of which removes it at once
     readers = sorted(
         name
@@ -300,5 +335,5 @@ def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in() 
         if name != "tokenFromFragment" and "tokenFromFragment()" in text
     )
     assert readers == ["start", "tokenFromChangedFragment"]
-    fragment = functions["tokenFromFragment"]
+    fragment = _functions(shared)["tokenFromFragment"]
     assert fragment.index("history.replaceState(") < fragment.index("return token")

@@ -137,13 +137,6 @@ _TURN_LOCKS_SELECT: Final = """
                AS chat_held"""
 _TURN_LOCKS: Final = f"turn_locks AS MATERIALIZED ({_TURN_LOCKS_SELECT}{{source}}\n)"
 
-TURN_LOCKS_ON_COMPANY_NODE: Final = on_company_node(
-    "turn_locks", positional(_TURN_LOCKS_SELECT), in_transactions=True
-).call
-"""On a Citus coordinator, inside a transaction block: the locks of `TURN_LOCKS_CTE` taken on the
-company's node, in a statement of their own before the write (whose company function Citus
-delegates only outside a transaction block; docs/scaling.md)."""
-
 TURN_LOCKS_CTE: Final = "\nWITH " + _TURN_LOCKS.format(source="")
 """The first entry of a turn write's `WITH`: the user's history lock, shared (see
 `lock_user_history`), then the chat's lock, both held until the write commits. Turn writes of one

@@ -249,20 +249,20 @@ class Worker:
 
     async def _report_stats(self) -> None:
         """Every few seconds: the heartbeat file (alive even while every slot is busy with a long
-        job), the queue gauges, and every MAINTENANCE_INTERVAL_SECONDS the housekeeping steps."""
+        job), the heartbeat gauge and the queue gauges, and every MAINTENANCE_INTERVAL_SECONDS
+        the housekeeping steps."""
         last_maintenance = float("-inf")
         while True:
             self._touch_heartbeat_file()
             if time.monotonic() - last_maintenance >= MAINTENANCE_INTERVAL_SECONDS:
                 last_maintenance = time.monotonic()
                 await self._run_maintenance()
+            stats = None
             try:
                 stats = await queue_stats(self.engine)
-                for status, depth in stats["depth"].items():
-                    self.metrics.queue_depth.labels(status).set(depth)
-                self.metrics.queue_oldest_age.set(stats["oldest_age_seconds"])
             except Exception:
                 logger.warning("queue statistics unavailable", exc_info=True)
+            self.metrics.observe_worker_report(stats)
             await asyncio.sleep(max(self.config.poll_seconds * 5, 5.0))
 
     async def _run_maintenance(self) -> None:

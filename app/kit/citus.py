@@ -151,10 +151,11 @@ class CompanyStatement:
     requires every query of the function to compare the distribution column with the very
     constant of the call (`equal()` of the two: type, typmod and collation), which a
     `varchar(128)` column never matches (the column's constant carries its typmod and no
-    collation). So only `in_transactions` statements, which read no table (the locks), are
-    distributed with `force_delegation`; a caller in a transaction block sends the others'
-    plain form. A statement without a `company_id` parameter (a lock) gets one as its first
-    argument: the node it runs on."""
+    collation). So only `in_transactions` statements are distributed with `force_delegation`:
+    those Citus plans nothing of on the company's node (the locks, which read no table; the
+    turn writes, run there on the shards themselves); a caller in a transaction block sends the
+    others' plain form. A statement without a `company_id` parameter (a lock) gets one as its
+    first argument: the node it runs on."""
 
     label: str
     sql: str

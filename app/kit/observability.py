@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import re
 import sys
 import time
+import tomllib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol, TypedDict
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -157,11 +161,61 @@ class PolicyJudgement(Protocol):
     def action(self) -> str: ...
 
 
+DISTRIBUTION = "context-memory-service"
+BUILD_COMMIT_VARIABLE = "BUILD_COMMIT"
+"""The commit the image was built from: the Dockerfile's build argument of the same name."""
+
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def _package_version() -> str:
+    """The installed package's version; in the image, which runs the source without installing
+    it, the version of the pyproject.toml copied beside it; else `unknown`."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        version = tomllib.loads(PYPROJECT.read_text("utf-8"))["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+    return str(version)
+
+
+def build_labels(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(version, commit) of the running build: the package's version, and the commit that
+    `BUILD_COMMIT` names (set at image build), each `unknown` when there is none."""
+    version = _package_version()
+    commit = (os.environ if environ is None else environ).get(BUILD_COMMIT_VARIABLE, "").strip()
+    return version, commit or "unknown"
+
+
+class QueueGauges(TypedDict):
+    """The queue figures of the whole database (`app.jobs.repository.QueueStats`)."""
+
+    depth: dict[str, int]
+    oldest_age_seconds: float
+
+
 class Metrics:
     """The service's Prometheus metrics, in a registry of its own (one per app instance)."""
 
-    def __init__(self) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.build_info = Gauge(
+            "build_info",
+            "Always 1: the version and commit of the build this process runs",
+            ["version", "commit"],
+            registry=self.registry,
+        )
+        self.build_info.labels(*build_labels(environ)).set(1)
+        self.worker_heartbeat = Gauge(
+            "worker_last_heartbeat_timestamp_seconds",
+            "When this process's consolidation worker last reported (Unix time), every "
+            "max(5 x WORKER_POLL_SECONDS, 5) seconds; 0 in a process that runs no worker",
+            registry=self.registry,
+        )
         self.request_latency = Histogram(
             "http_request_duration_seconds",
             "HTTP request latency by route template",
@@ -194,10 +248,16 @@ class Metrics:
             registry=self.registry,
         )
         self.queue_depth = Gauge(
-            "queue_depth", "Jobs waiting, by status", ["status"], registry=self.registry
+            "queue_depth",
+            "Jobs waiting in the whole database, by status (every worker exports the same "
+            "figure: aggregate with max, not sum)",
+            ["status"],
+            registry=self.registry,
         )
         self.queue_oldest_age = Gauge(
-            "queue_oldest_age_seconds", "Age of the oldest queued job", registry=self.registry
+            "queue_oldest_age_seconds",
+            "Age of the oldest queued job in the whole database (every worker exports it)",
+            registry=self.registry,
         )
         self.jobs = Counter(
             "jobs_total",
@@ -308,6 +368,15 @@ class Metrics:
             "refused; the counts are kept for the next flush",
             registry=self.registry,
         )
+
+    def observe_worker_report(self, queue: QueueGauges | None) -> None:
+        """A worker's periodic report: its heartbeat, and the queue figures it read (None when
+        the database did not answer; the gauges keep their last value)."""
+        self.worker_heartbeat.set_to_current_time()
+        if queue is not None:
+            for status, depth in queue["depth"].items():
+                self.queue_depth.labels(status).set(depth)
+            self.queue_oldest_age.set(queue["oldest_age_seconds"])
 
     def observe_jwks_fetch(self, issuer: str, outcome: str) -> None:
         self.jwks_fetches.labels(issuer, outcome).inc()

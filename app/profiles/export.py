@@ -318,9 +318,9 @@ async def open_export(database: Database, principal: Principal) -> MemoryExportS
     connection = await begin_snapshot(database)
     try:
         async with _session_on(connection) as session:
+            exported_at = await export_repository.snapshot_time(session, company_id, user_id)
             if not await export_repository.try_lock_export(session, company_id, user_id):
                 raise _busy()
-            exported_at = await export_repository.snapshot_time(session)
             profile = None
             try:
                 await folders.authorize_memory_access(session, principal, Permission.READ)

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.conversations.models import ChatMessage, Turn
 from app.enablement.audit import AuditRecord
-from app.enablement.models import AuditEvent
+from app.enablement.models import AuditEvent, UserSettings
 from app.jobs.models import Job
 from app.kit.db import Base
 
@@ -164,7 +164,15 @@ async def try_lock_export(session: AsyncSession, company_id: str, user_id: str) 
     return locked
 
 
-async def snapshot_time(session: AsyncSession) -> datetime:
-    """The start of the current transaction: the instant its snapshot shows."""
-    moment: datetime = (await session.execute(select(func.now()))).scalar_one()
+async def snapshot_time(session: AsyncSession, company_id: str, user_id: str) -> datetime:
+    """The start of the current transaction: the instant its snapshot shows. The export's first
+    statement, and it reads one of the company's tables (the user's settings row, by its
+    primary key): on a Citus cluster the snapshot on the node holding the company starts at the
+    first statement that reaches it, and this must be that statement, before the export lock
+    (a statement without a company table, run on the coordinator). On one PostgreSQL it is one
+    index probe more."""
+    statement = select(func.now(), func.count()).where(
+        UserSettings.company_id == company_id, UserSettings.user_id == user_id
+    )
+    moment: datetime = (await session.execute(statement)).one()[0]
     return moment

@@ -14,6 +14,7 @@ from typing import Final
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.kit.citus import across_companies
 from app.profiles.profile import TOPIC_TIME_FORMAT, Section
 
 
@@ -61,7 +62,9 @@ async def select_window(session: AsyncSession, after: MemoryKey, size: int) -> W
     """Up to `size` memories after `after` (an index range scan of the primary key); None when
     there is none left."""
     params = {"after_company": after.company_id, "after_user": after.user_id, "size": size}
-    keys = [MemoryKey(*row) for row in (await session.execute(_WINDOW, params)).all()]
+    # every company's memories in key order: the walk reaches every shard (docs/scaling.md)
+    async with across_companies(session):
+        keys = [MemoryKey(*row) for row in (await session.execute(_WINDOW, params)).all()]
     if not keys:
         return None
     companies = tuple(dict.fromkeys(key.company_id for key in keys))  # the database's order

@@ -25,7 +25,6 @@ from app.conversations.repository import (
     HISTORY_JOIN,
     IDEMPOTENCY_RECORD_CTE,
     TURN_LOCKS_CTE,
-    TURN_LOCKS_ON_COMPANY_NODE,
     TURN_ROWS_CTE,
     NewIdempotencyRecord,
     NewMessage,
@@ -299,7 +298,9 @@ _TURN_WRITE = {
 }
 _TURN_WRITE_CALL = {
     (mode, record, traced): on_company_node(
-        f"turn_write_{mode}{'_record' if record else ''}{'_traced' if traced else ''}", statement
+        f"turn_write_{mode}{'_record' if record else ''}{'_traced' if traced else ''}",
+        statement,
+        in_transactions=True,
     ).call
     for (mode, record, traced), statement in _TURN_WRITE.items()
 }
@@ -357,13 +358,10 @@ async def write_turn(  # noqa: PLR0913 - the call's values, then how to send it
     if record is not None:
         params |= record_params(record)
     traced = job is not None and job.trace_parent is not None
-    delegated = citus and not conn.is_in_transaction()
-    if citus and not delegated:  # the write's locks where every other taker takes them
+    if citus and conn.is_in_transaction():  # held against a shard move until commit
         await conn.fetchrow(_HOLD_COMPANY_SHARDS, turn.company_id)
-        lock_sql, lock_names = TURN_LOCKS_ON_COMPANY_NODE
-        await conn.fetchrow(lock_sql, *[params[name] for name in lock_names])
     form = (mode, record is not None, traced)
-    sql, names = _TURN_WRITE_CALL[form] if delegated else _TURN_WRITE[form]
+    sql, names = _TURN_WRITE_CALL[form] if citus else _TURN_WRITE[form]
     row = await conn.fetchrow(sql, *[params[name] for name in names])
     if not row["planned"]:
         return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN

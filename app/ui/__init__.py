@@ -1,2 +1,3 @@
-"""The user's memory page (`/ui/memory`): static HTML, CSS and JavaScript that call the public
-`/v1/me/*` API from the browser with the user's bearer token; nothing here reads the domain."""
+"""The pages of `/ui`: the user's memory page (`/ui/memory`) and the admin console (`/ui/admin`),
+static HTML, CSS and JavaScript that call the public API from the browser with the caller's
+bearer token; nothing here reads the domain."""

@@ -1,17 +1,20 @@
-"""Serves the memory page, its two assets and its sign-in configuration, read once from this
-package, with the security headers every response of the page carries.
+"""Serves the pages of `/ui` — the memory page and the admin console — with their assets and
+their sign-in configuration, read once from this package, with the security headers every
+response of the pages carries.
 
 The page holds no data: it is `public`, and everything it shows comes from `/v1/me/*` with a
 token the user gets by signing in with the company's OpenID provider (`UI_OIDC_ISSUER` and
 `UI_OIDC_CLIENT_ID`: the authorization code flow with PKCE, run by the page as a public client),
 pastes, or, only without that sign-in (development), hands over in the URL fragment of the link
-that opens the page (the configuration below tells the page which; see memory.js for why a link's
-token is never used otherwise). The headers keep that token in the page: no script or
-style but the page's own files, requests only to this origin and, with sign-in configured, to
-the issuer's origin (its discovery document and token endpoint; the authorization request is a
-navigation), no framing, and no `Referer` (the fragment never travels in one, but the policy
-leaves nothing to chance). A form action of `'none'` means a page whose script failed cannot
-submit the token field as a query string.
+that opens the page (the configuration below tells the page which; see memory.js for why a
+link's token is never used otherwise). The admin console (`/ui/admin`) is served the same way
+and signs in with the same code (signin.js, shared by both pages); it calls the admin routes of
+`/v1` with the token of a space admin or an operator. The headers keep that token in the page:
+no script or style but the page's own files, requests only to this origin and, with sign-in
+configured, to the issuer's origin (its discovery document and token endpoint; the authorization
+request is a navigation), no framing, and no `Referer` (the fragment never travels in one, but
+the policy leaves nothing to chance). A form action of `'none'` means a page whose script failed
+cannot submit the token field as a query string.
 
 The policy depends on the settings, so it is built from the app's settings on each response.
 This package imports nothing of `app`: `SignInSettings` names the few settings it reads.
@@ -27,6 +30,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 PAGE_PATH: Final = "/ui/memory"
+ADMIN_PATH: Final = "/ui/admin"
 ASSETS_PATH: Final = "/ui/assets"
 CONFIG_PATH: Final = "/ui/config.json"
 
@@ -51,8 +55,15 @@ _OTHER_HEADERS: Final = {
 _HOST_CHARACTERS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 _HERE = Path(__file__).resolve().parent
+_ASSETS: Final = {
+    "memory.css": "text/css; charset=utf-8",
+    "memory.js": "text/javascript; charset=utf-8",
+    "signin.js": "text/javascript; charset=utf-8",
+    "admin.css": "text/css; charset=utf-8",
+    "admin.js": "text/javascript; charset=utf-8",
+}
 _FILES: Final = {
-    name: (_HERE / name).read_bytes() for name in ("memory.html", "memory.css", "memory.js")
+    name: (_HERE / name).read_bytes() for name in ("memory.html", "admin.html", *_ASSETS)
 }
 
 
@@ -141,14 +152,20 @@ async def memory_page(request: Request) -> Response:
     return _file(request, "memory.html", "text/html; charset=utf-8")
 
 
-@router.get(f"{ASSETS_PATH}/memory.css")
-async def memory_css(request: Request) -> Response:
-    return _file(request, "memory.css", "text/css; charset=utf-8")
+@router.get(ADMIN_PATH)
+async def admin_console(request: Request) -> Response:
+    return _file(request, "admin.html", "text/html; charset=utf-8")
 
 
-@router.get(f"{ASSETS_PATH}/memory.js")
-async def memory_js(request: Request) -> Response:
-    return _file(request, "memory.js", "text/javascript; charset=utf-8")
+def _asset_route(name: str, media_type: str) -> None:
+    async def asset(request: Request) -> Response:
+        return _file(request, name, media_type)
+
+    router.add_api_route(f"{ASSETS_PATH}/{name}", asset, methods=["GET"], name=name)
+
+
+for _name, _media_type in _ASSETS.items():
+    _asset_route(_name, _media_type)
 
 
 @router.get(CONFIG_PATH)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import date
 from types import TracebackType
 from typing import TypeVar
 
@@ -20,6 +21,7 @@ from context_memory_client.core import (
 )
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyImportOut,
     CompanyIn,
     CompanyOut,
     ConsolidationRequest,
@@ -37,18 +39,24 @@ from context_memory_client.models import (
     JobView,
     Me,
     MemoryExportOut,
+    MemoryImportIn,
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    ModelBudgetIn,
+    ModelBudgetOut,
     OffboardingOut,
     Page,
     PolicyActionOut,
+    RateLimitsIn,
+    RateLimitsOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UsageReportOut,
     UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
@@ -113,6 +121,7 @@ class AsyncMemoryClient:
                     params=request.params,
                     headers=request.headers,
                     json=request.json,
+                    content=request.content,
                     timeout=self._timeout,
                 )
             except RETRYABLE_TRANSPORT_ERRORS as exc:
@@ -209,6 +218,16 @@ class AsyncMemoryClient:
 
     async def export_memory(self) -> MemoryExportOut:
         return await self.send(calls.export_memory())
+
+    async def import_memory(
+        self, document: MemoryImportIn, *, if_match: int | None = None, if_none_match: bool = False
+    ) -> MemoryOut:
+        """Make an export's profile the current one (`MemoryImportIn.of(export)`). With
+        `if_match` only over that version, with `if_none_match` only when there is no profile
+        yet (`PreconditionFailed` otherwise); conditional, it is retried, else sent once."""
+        return await self.send(
+            calls.import_memory(document, if_match=if_match, if_none_match=if_none_match)
+        )
 
     async def get_settings(self) -> UserSettingsOut:
         return await self.send(calls.get_settings())
@@ -321,6 +340,35 @@ class AsyncMemoryClient:
 
     async def get_user_memory_folder(self, company_id: str) -> FolderOut:
         return await self.send(calls.get_user_memory_folder(company_id))
+
+    async def get_rate_limits(self, company_id: str) -> RateLimitsOut:
+        """The company's rate limits by class, and which of them its overrides set."""
+        return await self.send(calls.get_rate_limits(company_id))
+
+    async def set_rate_limits(self, company_id: str, limits: RateLimitsIn) -> RateLimitsOut:
+        """Replace the company's overrides (a class left None: the defaults; audited)."""
+        return await self.send(calls.set_rate_limits(company_id, limits))
+
+    async def get_usage(self, company_id: str, from_: date | str, to: date | str) -> UsageReportOut:
+        """The company's usage for every UTC day from `from_` to `to`, both included."""
+        return await self.send(calls.get_usage(company_id, from_, to))
+
+    async def get_model_budget(self, company_id: str) -> ModelBudgetOut:
+        """The company's monthly model budget and what it spent this month."""
+        return await self.send(calls.get_model_budget(company_id))
+
+    async def set_model_budget(self, company_id: str, budget: ModelBudgetIn) -> ModelBudgetOut:
+        """Replace the company's monthly model budget (audited)."""
+        return await self.send(calls.set_model_budget(company_id, budget))
+
+    async def export_company(self, company_id: str) -> bytes:
+        """The whole company as the NDJSON stream `import_company` reads (docs/portability.md)."""
+        return await self.send(calls.export_company(company_id))
+
+    async def import_company(self, company_id: str, stream: bytes) -> CompanyImportOut:
+        """Load an export of this very company into a deployment that holds nothing of it;
+        the same stream sent again answers the first import's outcome (`replayed`)."""
+        return await self.send(calls.import_company(company_id, stream))
 
     # --- the control plane: companies, offboarding, erasure requests ----------------------------
 

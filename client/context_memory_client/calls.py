@@ -1,12 +1,17 @@
 """Every route of the service as a `Call`: method, path, query, body, headers, whether it may be
-retried, and how to read the answer. The async and the sync client send the same calls."""
+retried, and how to read the answer. The async and the sync client send the same calls.
+
+Each function says which operation of `openapi.yaml` it sends with `@operation(method, path)`
+(`OPERATIONS` collects them): tests/client/test_operation_coverage.py fails on an operation
+that no call declares, and on a call whose request is not the operation it declares."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from datetime import date
+from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -15,6 +20,7 @@ from context_memory_client.codec import decode, decode_page, encode
 from context_memory_client.errors import UnexpectedResponse
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyImportOut,
     CompanyIn,
     CompanyOut,
     ConsolidationRequest,
@@ -32,18 +38,24 @@ from context_memory_client.models import (
     JobView,
     Me,
     MemoryExportOut,
+    MemoryImportIn,
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    ModelBudgetIn,
+    ModelBudgetOut,
     OffboardingOut,
     Page,
     PolicyActionOut,
+    RateLimitsIn,
+    RateLimitsOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UsageReportOut,
     UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
@@ -53,6 +65,8 @@ from context_memory_client.models import (
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
+NDJSON = "application/x-ndjson"
 Params = dict[str, str | int | float | bool]
 
 
@@ -68,6 +82,24 @@ class Call(Generic[T]):
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     retryable: bool = True
+    content: bytes | None = None
+    """A body that is not JSON (then `headers` names its `Content-Type`)."""
+
+
+OPERATIONS: dict[str, tuple[str, str]] = {}
+"""Each call function's name: the operation it sends, as `(method, path template)` of
+`openapi.yaml`."""
+
+
+def operation(method: str, path: str) -> Callable[[Callable[P, Call[T]]], Callable[P, Call[T]]]:
+    """Declare the operation of `openapi.yaml` (`"GET"`, `"/v1/jobs/{job_id}"`) that the
+    decorated call function sends; the function itself is returned unchanged."""
+
+    def declare(function: Callable[P, Call[T]]) -> Callable[P, Call[T]]:
+        OPERATIONS[function.__name__] = (method, path)
+        return function
+
+    return declare
 
 
 def _seg(value: str | int) -> str:
@@ -113,6 +145,7 @@ def etag(version: int) -> str:
 # --- the orchestrator's two calls ----------------------------------------------------------------
 
 
+@operation("POST", "/v1/chats/{chat_id}/context")
 def load_context(chat_id: str, request: ContextRequest) -> Call[ContextResponse]:
     # A read: it stores nothing the caller could see twice, so it is retried like a GET.
     return Call(
@@ -120,6 +153,7 @@ def load_context(chat_id: str, request: ContextRequest) -> Call[ContextResponse]
     )
 
 
+@operation("POST", "/v1/chats/{chat_id}/turns")
 def save_turn(
     chat_id: str, request: TurnRequest, idempotency_key: str | None = None
 ) -> Call[TurnSaved]:
@@ -136,14 +170,17 @@ def save_turn(
 # --- the user ------------------------------------------------------------------------------------
 
 
+@operation("GET", "/v1/me")
 def get_me() -> Call[Me]:
     return Call("GET", "/v1/me", _model(Me))
 
 
+@operation("DELETE", "/v1/me")
 def erase_me() -> Call[ErasureOut]:
     return Call("DELETE", "/v1/me", _model(ErasureOut))
 
 
+@operation("GET", "/v1/me/memory")
 def get_memory(if_none_match: int | None = None) -> Call[MemoryOut | None]:
     def parse(response: httpx.Response) -> MemoryOut | None:
         return None if response.status_code == 304 else decode(MemoryOut, _json(response))
@@ -152,6 +189,7 @@ def get_memory(if_none_match: int | None = None) -> Call[MemoryOut | None]:
     return Call("GET", "/v1/me/memory", parse, headers=headers)
 
 
+@operation("PUT", "/v1/me/memory")
 def put_memory(content: str, *, if_match: int | None) -> Call[MemoryOut]:
     # Conditional, so a repeat can never overwrite a newer version: at worst it gets a 412.
     headers = {"If-None-Match": "*"} if if_match is None else {"If-Match": etag(if_match)}
@@ -160,11 +198,13 @@ def put_memory(content: str, *, if_match: int | None) -> Call[MemoryOut]:
     )
 
 
+@operation("DELETE", "/v1/me/memory")
 def delete_memory(if_match: int | None = None) -> Call[None]:
     headers = {} if if_match is None else {"If-Match": etag(if_match)}
     return Call("DELETE", "/v1/me/memory", _nothing, headers=headers)
 
 
+@operation("GET", "/v1/me/memory/versions")
 def list_versions(
     limit: int | None = None, cursor: str | None = None
 ) -> Call[Page[VersionSummaryOut]]:
@@ -173,15 +213,18 @@ def list_versions(
     )
 
 
+@operation("GET", "/v1/me/memory/versions/{n}")
 def get_version(n: int) -> Call[VersionOut]:
     return Call("GET", f"/v1/me/memory/versions/{_seg(n)}", _model(VersionOut))
 
 
+@operation("GET", "/v1/me/memory/versions/{n}/diff")
 def diff_version(n: int, against: int | None = None) -> Call[VersionDiffOut]:
     params: Params = {} if against is None else {"against": against}
     return Call("GET", f"/v1/me/memory/versions/{_seg(n)}/diff", _model(VersionDiffOut), params)
 
 
+@operation("POST", "/v1/me/memory/versions/{n}/restore")
 def restore_version(n: int, if_match: int | None = None) -> Call[MemoryOut]:
     headers = {} if if_match is None else {"If-Match": etag(if_match)}
     return Call(
@@ -193,6 +236,7 @@ def restore_version(n: int, if_match: int | None = None) -> Call[MemoryOut]:
     )
 
 
+@operation("GET", "/v1/me/memory/policy-actions")
 def list_policy_actions(
     limit: int | None = None, cursor: str | None = None
 ) -> Call[Page[PolicyActionOut]]:
@@ -204,14 +248,36 @@ def list_policy_actions(
     )
 
 
+@operation("GET", "/v1/me/memory/export")
 def export_memory() -> Call[MemoryExportOut]:
     return Call("GET", "/v1/me/memory/export", _model(MemoryExportOut))
 
 
+@operation("POST", "/v1/me/memory/import")
+def import_memory(
+    document: MemoryImportIn, *, if_match: int | None = None, if_none_match: bool = False
+) -> Call[MemoryOut]:
+    # Conditional (over version `if_match`, or only when there is no profile yet), it is safe
+    # to repeat; without a condition a repeat would write a second version.
+    headers = {} if if_match is None else {"If-Match": etag(if_match)}
+    if if_none_match:
+        headers["If-None-Match"] = "*"
+    return Call(
+        "POST",
+        "/v1/me/memory/import",
+        _model(MemoryOut),
+        json=encode(document),
+        headers=headers,
+        retryable=bool(headers),
+    )
+
+
+@operation("GET", "/v1/me/settings")
 def get_settings() -> Call[UserSettingsOut]:
     return Call("GET", "/v1/me/settings", _model(UserSettingsOut))
 
 
+@operation("PATCH", "/v1/me/settings")
 def update_settings(context_memory: bool) -> Call[UserSettingsUpdateOut]:
     # Sets a value: repeating it changes nothing more.
     return Call(
@@ -222,10 +288,12 @@ def update_settings(context_memory: bool) -> Call[UserSettingsUpdateOut]:
     )
 
 
+@operation("GET", "/v1/me/memory/enablement")
 def get_enablement(space_id: str) -> Call[DecisionOut]:
     return Call("GET", "/v1/me/memory/enablement", _model(DecisionOut), {"space_id": space_id})
 
 
+@operation("POST", "/v1/me/memory/consolidations")
 def consolidate(
     request: ConsolidationRequest, wait: bool = False, timeout: float | None = None
 ) -> Call[JobView]:
@@ -242,10 +310,12 @@ def consolidate(
     )
 
 
+@operation("GET", "/v1/jobs/{job_id}")
 def get_job(job_id: str) -> Call[JobView]:
     return Call("GET", f"/v1/jobs/{_seg(job_id)}", _model(JobView))
 
 
+@operation("GET", "/v1/chats/{chat_id}/messages")
 def list_messages(
     chat_id: str, limit: int | None = None, cursor: str | None = None
 ) -> Call[Page[StoredMessageOut]]:
@@ -257,6 +327,7 @@ def list_messages(
     )
 
 
+@operation("DELETE", "/v1/chats/{chat_id}")
 def delete_chat(chat_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/chats/{_seg(chat_id)}", _nothing)
 
@@ -264,20 +335,24 @@ def delete_chat(chat_id: str) -> Call[None]:
 # --- space admins and operators ------------------------------------------------------------------
 
 
+@operation("GET", "/v1/spaces/{space_id}")
 def get_space(space_id: str) -> Call[SpaceSettingsOut]:
     return Call("GET", f"/v1/spaces/{_seg(space_id)}", _model(SpaceSettingsOut))
 
 
+@operation("PATCH", "/v1/spaces/{space_id}")
 def update_space(space_id: str, patch: SpacePatch) -> Call[SpaceSettingsOut]:
     return Call(
         "PATCH", f"/v1/spaces/{_seg(space_id)}", _model(SpaceSettingsOut), json=encode(patch)
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/feature-flags")
 def list_feature_flags(company_id: str) -> Call[FeatureFlagsOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}/feature-flags", _model(FeatureFlagsOut))
 
 
+@operation("PUT", "/v1/companies/{company_id}/feature-flags/{flag}")
 def set_feature_flag(company_id: str, flag: FeatureFlag, enabled: bool) -> Call[FeatureFlagOut]:
     return Call(
         "PUT",
@@ -287,10 +362,12 @@ def set_feature_flag(company_id: str, flag: FeatureFlag, enabled: bool) -> Call[
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/memory-policy")
 def get_memory_policy(company_id: str) -> Call[MemoryPolicyOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}/memory-policy", _model(MemoryPolicyOut))
 
 
+@operation("PUT", "/v1/companies/{company_id}/memory-policy")
 def set_memory_policy(company_id: str, policy: MemoryPolicyIn) -> Call[MemoryPolicyOut]:
     # The whole policy: repeating it changes nothing more.
     return Call(
@@ -301,6 +378,7 @@ def set_memory_policy(company_id: str, policy: MemoryPolicyIn) -> Call[MemoryPol
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/audit-events")
 def list_audit_events(
     company_id: str, limit: int | None = None, cursor: str | None = None
 ) -> Call[Page[AuditEventOut]]:
@@ -312,6 +390,7 @@ def list_audit_events(
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/jobs")
 def list_company_jobs(
     company_id: str,
     status: JobStatus | None = None,
@@ -326,6 +405,7 @@ def list_company_jobs(
     )
 
 
+@operation("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry")
 def retry_job(company_id: str, job_id: str) -> Call[JobSummary]:
     return Call(
         "POST",
@@ -335,35 +415,111 @@ def retry_job(company_id: str, job_id: str) -> Call[JobSummary]:
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/folders/user-memory")
 def get_user_memory_folder(company_id: str) -> Call[FolderOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}/folders/user-memory", _model(FolderOut))
+
+
+@operation("GET", "/v1/companies/{company_id}/rate-limits")
+def get_rate_limits(company_id: str) -> Call[RateLimitsOut]:
+    return Call("GET", f"/v1/companies/{_seg(company_id)}/rate-limits", _model(RateLimitsOut))
+
+
+@operation("PUT", "/v1/companies/{company_id}/rate-limits")
+def set_rate_limits(company_id: str, limits: RateLimitsIn) -> Call[RateLimitsOut]:
+    # The whole set of overrides: repeating it changes nothing more.
+    return Call(
+        "PUT",
+        f"/v1/companies/{_seg(company_id)}/rate-limits",
+        _model(RateLimitsOut),
+        json=encode(limits),
+    )
+
+
+@operation("GET", "/v1/companies/{company_id}/usage")
+def get_usage(company_id: str, from_: date | str, to: date | str) -> Call[UsageReportOut]:
+    return Call(
+        "GET",
+        f"/v1/companies/{_seg(company_id)}/usage",
+        _model(UsageReportOut),
+        {"from": str(from_), "to": str(to)},
+    )
+
+
+@operation("GET", "/v1/companies/{company_id}/model-budget")
+def get_model_budget(company_id: str) -> Call[ModelBudgetOut]:
+    return Call("GET", f"/v1/companies/{_seg(company_id)}/model-budget", _model(ModelBudgetOut))
+
+
+@operation("PUT", "/v1/companies/{company_id}/model-budget")
+def set_model_budget(company_id: str, budget: ModelBudgetIn) -> Call[ModelBudgetOut]:
+    # The whole budget: repeating it changes nothing more.
+    return Call(
+        "PUT",
+        f"/v1/companies/{_seg(company_id)}/model-budget",
+        _model(ModelBudgetOut),
+        json=encode(budget),
+    )
+
+
+def _bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+@operation("GET", "/v1/companies/{company_id}/export")
+def export_company(company_id: str) -> Call[bytes]:
+    return Call(
+        "GET",
+        f"/v1/companies/{_seg(company_id)}/export",
+        _bytes,
+        headers={"Accept": NDJSON},
+    )
+
+
+@operation("POST", "/v1/companies/{company_id}/import")
+def import_company(company_id: str, stream: bytes) -> Call[CompanyImportOut]:
+    # Safe to repeat: the same stream sent again to the company it was imported into answers
+    # the first import's outcome (`replayed`) and writes nothing.
+    return Call(
+        "POST",
+        f"/v1/companies/{_seg(company_id)}/import",
+        _model(CompanyImportOut),
+        headers={"Content-Type": NDJSON},
+        content=stream,
+    )
 
 
 # --- the control plane: companies, offboarding, erasure requests --------------------------------
 
 
+@operation("GET", "/v1/companies")
 def list_companies(limit: int | None = None, cursor: str | None = None) -> Call[Page[CompanyOut]]:
     return Call("GET", "/v1/companies", _page(CompanyOut), _page_params(limit, cursor))
 
 
+@operation("POST", "/v1/companies")
 def create_company(company: CompanyIn) -> Call[CompanyOut]:
     # Sent again, it answers the registered record (200).
     return Call("POST", "/v1/companies", _model(CompanyOut), json=encode(company))
 
 
+@operation("GET", "/v1/companies/{company_id}")
 def get_company(company_id: str) -> Call[CompanyOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}", _model(CompanyOut))
 
 
+@operation("DELETE", "/v1/companies/{company_id}")
 def offboard_company(company_id: str) -> Call[OffboardingOut]:
     # Sent again, it answers the same receipt.
     return Call("DELETE", f"/v1/companies/{_seg(company_id)}", _model(OffboardingOut))
 
 
+@operation("GET", "/v1/companies/{company_id}/offboarding")
 def get_offboarding(company_id: str) -> Call[OffboardingOut]:
     return Call("GET", f"/v1/companies/{_seg(company_id)}/offboarding", _model(OffboardingOut))
 
 
+@operation("DELETE", "/v1/companies/{company_id}/users/{user_id}")
 def erase_company_user(company_id: str, user_id: str) -> Call[UserErasureOut]:
     # Sent again, it finds nothing and answers zeros.
     return Call(
@@ -373,6 +529,7 @@ def erase_company_user(company_id: str, user_id: str) -> Call[UserErasureOut]:
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/spaces")
 def list_company_spaces(
     company_id: str, limit: int | None = None, cursor: str | None = None
 ) -> Call[Page[SpaceSettingsOut]]:
@@ -384,6 +541,7 @@ def list_company_spaces(
     )
 
 
+@operation("GET", "/v1/companies/{company_id}/spaces/{space_id}/settings")
 def get_company_space(company_id: str, space_id: str) -> Call[SpaceSettingsOut]:
     return Call(
         "GET",
@@ -392,6 +550,7 @@ def get_company_space(company_id: str, space_id: str) -> Call[SpaceSettingsOut]:
     )
 
 
+@operation("PUT", "/v1/companies/{company_id}/spaces/{space_id}/settings")
 def set_company_space(company_id: str, space_id: str, patch: SpacePatch) -> Call[SpaceSettingsOut]:
     return Call(
         "PUT",
@@ -404,9 +563,11 @@ def set_company_space(company_id: str, space_id: str, patch: SpacePatch) -> Call
 # --- operations ----------------------------------------------------------------------------------
 
 
+@operation("GET", "/healthz")
 def health() -> Call[Health]:
     return Call("GET", "/healthz", _model(Health))
 
 
+@operation("GET", "/readyz")
 def ready() -> Call[Readiness]:
     return Call("GET", "/readyz", _model(Readiness))

@@ -47,6 +47,7 @@ class Request:
     params: dict[str, Any]
     headers: dict[str, str]
     json: Any
+    content: bytes | None
 
 
 class ClientCore:
@@ -66,7 +67,9 @@ class ClientCore:
             k: ("true" if v is True else "false" if v is False else v)
             for k, v in call.params.items()
         }
-        return Request(call.method, self.base_url + call.path, params, headers, call.json)
+        return Request(
+            call.method, self.base_url + call.path, params, headers, call.json, call.content
+        )
 
     def may_retry(self, call: Call[Any], attempt: int) -> bool:
         return call.retryable and attempt < self.retry.max_attempts

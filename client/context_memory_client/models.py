@@ -344,6 +344,46 @@ class MemoryExportOut:
 
 
 @dataclass(frozen=True)
+class ExportedProfileIn:
+    """An export's `profile`: its `content` is imported; the rest says what it was."""
+
+    content: str
+    version: int | None = None
+    tokens: int | None = None
+    updated_at: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryImportIn:
+    """`POST /v1/me/memory/import`: a memory export; only `profile.content` is read.
+    `MemoryImportIn.of(export)` makes one of a `MemoryExportOut`."""
+
+    profile: ExportedProfileIn
+    user_id: str | None = None
+    company_id: str | None = None
+    exported_at: str | None = None
+    settings: dict[str, object] | None = None
+    versions: list[object] | None = None
+    chats: list[object] | None = None
+    jobs: list[object] | None = None
+    audit_events: list[object] | None = None
+    policy_actions: list[object] | None = None
+
+    @classmethod
+    def of(cls, export: MemoryExportOut) -> MemoryImportIn:
+        """The profile of `export` (a `ValueError` when it was taken without one)."""
+        if export.profile is None:
+            raise ValueError("the export holds no profile to import")
+        profile = export.profile
+        return cls(
+            ExportedProfileIn(profile.content, profile.version, profile.tokens, profile.updated_at),
+            export.user_id,
+            export.company_id,
+            export.exported_at,
+        )
+
+
+@dataclass(frozen=True)
 class UserSettingsOut:
     context_memory: bool
 
@@ -569,32 +609,74 @@ class FolderOut:
     entries: list[AclEntryOut]
 
 
-# --- operations ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LimitOut:
+    quota: int
+    window_seconds: int
 
 
 @dataclass(frozen=True)
-class Health:
-    status: str
+class ScopeLimitOut:
+    """The limit in force for a user or the whole company (`limit` None: unlimited), and
+    whether the company's override sets it."""
+
+    limit: LimitOut | None
+    overridden: bool
 
 
 @dataclass(frozen=True)
-class Readiness:
-    status: str
-    database: str
-    migration: str | None
-    expected_migration: str | None
-
-
-# --- the control plane: companies, offboarding, erasure requests ---------------------------------
+class ClassLimitsOut:
+    user: ScopeLimitOut
+    company: ScopeLimitOut
 
 
 @dataclass(frozen=True)
-class CompanyIn:
-    """`POST /v1/companies`: the company's id as its tokens name it, and a name for people
-    (None: the id)."""
+class RateLimitsOut:
+    """A company's rate limits by class; `processes` API processes each enforce their share."""
 
     company_id: str
-    display_name: str | None = None
+    default: bool
+    processes: int
+    context: ClassLimitsOut
+    turns: ClassLimitsOut
+    consolidations: ClassLimitsOut
+    exports: ClassLimitsOut
+    memory_writes: ClassLimitsOut
+    updated_at: str | None
+    updated_by_company_id: str | None
+    updated_by: str | None
+
+
+@dataclass(frozen=True)
+class LimitBody:
+    """`quota` requests per `window_seconds`, for the whole service."""
+
+    quota: int
+    window_seconds: int
+
+
+Unlimited = Literal["unlimited"]
+UNLIMITED: Unlimited = "unlimited"
+
+
+@dataclass(frozen=True)
+class ClassOverrideIn:
+    """One class's override: a limit, `UNLIMITED`, or None for the service's default."""
+
+    user: LimitBody | Unlimited | None = None
+    company: LimitBody | Unlimited | None = None
+
+
+@dataclass(frozen=True)
+class RateLimitsIn:
+    """`PUT /v1/companies/{company_id}/rate-limits`: the company's whole set of overrides; a
+    class left None has the defaults (`RateLimitsIn()` puts every default back)."""
+
+    context: ClassOverrideIn | None = None
+    turns: ClassOverrideIn | None = None
+    consolidations: ClassOverrideIn | None = None
+    exports: ClassOverrideIn | None = None
+    memory_writes: ClassOverrideIn | None = None
 
 
 @dataclass(frozen=True)
@@ -625,6 +707,87 @@ class UsageTotalsOut:
     prompt_tokens: int
     completion_tokens: int
     estimated_cost: float | None
+
+
+@dataclass(frozen=True)
+class DayUsageOut(UsageTotalsOut):
+    day: str
+
+
+@dataclass(frozen=True)
+class UsageReportOut:
+    """`GET /v1/companies/{company_id}/usage`: every UTC day from `from_` to `to`, and totals."""
+
+    company_id: str
+    from_: str
+    to: str
+    days: list[DayUsageOut]
+    totals: UsageTotalsOut
+    unpriced_models: list[str]
+
+
+WhenSpent = Literal["offline", "defer"]
+
+
+@dataclass(frozen=True)
+class ModelBudgetIn:
+    """`PUT /v1/companies/{company_id}/model-budget`: tokens a UTC month (None: unlimited) and
+    what consolidations do once they are spent."""
+
+    monthly_tokens: int | None
+    when_spent: WhenSpent
+
+
+@dataclass(frozen=True)
+class ModelBudgetOut:
+    company_id: str
+    monthly_tokens: int | None
+    when_spent: WhenSpent
+    default: bool
+    updated_at: str | None
+    period_start: str
+    period_end: str
+    spent_tokens: int
+    used_share: float | None
+
+
+@dataclass(frozen=True)
+class CompanyImportOut:
+    """What a company import loaded; `replayed`: this very stream had been imported before and
+    nothing was written now."""
+
+    company_id: str
+    sha256: str
+    records: dict[str, int]
+    replayed: bool
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str
+
+
+@dataclass(frozen=True)
+class Readiness:
+    status: str
+    database: str
+    migration: str | None
+    expected_migration: str | None
+
+
+# --- the control plane: companies, offboarding, erasure requests ---------------------------------
+
+
+@dataclass(frozen=True)
+class CompanyIn:
+    """`POST /v1/companies`: the company's id as its tokens name it, and a name for people
+    (None: the id)."""
+
+    company_id: str
+    display_name: str | None = None
 
 
 @dataclass(frozen=True)

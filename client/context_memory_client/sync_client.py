@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import date
 from types import TracebackType
 from typing import TypeVar
 
@@ -21,6 +22,7 @@ from context_memory_client.core import (
 )
 from context_memory_client.models import (
     AuditEventOut,
+    CompanyImportOut,
     CompanyIn,
     CompanyOut,
     ConsolidationRequest,
@@ -38,18 +40,24 @@ from context_memory_client.models import (
     JobView,
     Me,
     MemoryExportOut,
+    MemoryImportIn,
     MemoryOut,
     MemoryPolicyIn,
     MemoryPolicyOut,
+    ModelBudgetIn,
+    ModelBudgetOut,
     OffboardingOut,
     Page,
     PolicyActionOut,
+    RateLimitsIn,
+    RateLimitsOut,
     Readiness,
     SpacePatch,
     SpaceSettingsOut,
     StoredMessageOut,
     TurnRequest,
     TurnSaved,
+    UsageReportOut,
     UserErasureOut,
     UserSettingsOut,
     UserSettingsUpdateOut,
@@ -114,6 +122,7 @@ class MemoryClient:
                     params=request.params,
                     headers=request.headers,
                     json=request.json,
+                    content=request.content,
                     timeout=self._timeout,
                 )
             except RETRYABLE_TRANSPORT_ERRORS as exc:
@@ -207,6 +216,16 @@ class MemoryClient:
 
     def export_memory(self) -> MemoryExportOut:
         return self.send(calls.export_memory())
+
+    def import_memory(
+        self, document: MemoryImportIn, *, if_match: int | None = None, if_none_match: bool = False
+    ) -> MemoryOut:
+        """Make an export's profile the current one (`MemoryImportIn.of(export)`). With
+        `if_match` only over that version, with `if_none_match` only when there is no profile
+        yet (`PreconditionFailed` otherwise); conditional, it is retried, else sent once."""
+        return self.send(
+            calls.import_memory(document, if_match=if_match, if_none_match=if_none_match)
+        )
 
     def get_settings(self) -> UserSettingsOut:
         return self.send(calls.get_settings())
@@ -319,6 +338,35 @@ class MemoryClient:
 
     def get_user_memory_folder(self, company_id: str) -> FolderOut:
         return self.send(calls.get_user_memory_folder(company_id))
+
+    def get_rate_limits(self, company_id: str) -> RateLimitsOut:
+        """The company's rate limits by class, and which of them its overrides set."""
+        return self.send(calls.get_rate_limits(company_id))
+
+    def set_rate_limits(self, company_id: str, limits: RateLimitsIn) -> RateLimitsOut:
+        """Replace the company's overrides (a class left None: the defaults; audited)."""
+        return self.send(calls.set_rate_limits(company_id, limits))
+
+    def get_usage(self, company_id: str, from_: date | str, to: date | str) -> UsageReportOut:
+        """The company's usage for every UTC day from `from_` to `to`, both included."""
+        return self.send(calls.get_usage(company_id, from_, to))
+
+    def get_model_budget(self, company_id: str) -> ModelBudgetOut:
+        """The company's monthly model budget and what it spent this month."""
+        return self.send(calls.get_model_budget(company_id))
+
+    def set_model_budget(self, company_id: str, budget: ModelBudgetIn) -> ModelBudgetOut:
+        """Replace the company's monthly model budget (audited)."""
+        return self.send(calls.set_model_budget(company_id, budget))
+
+    def export_company(self, company_id: str) -> bytes:
+        """The whole company as the NDJSON stream `import_company` reads (docs/portability.md)."""
+        return self.send(calls.export_company(company_id))
+
+    def import_company(self, company_id: str, stream: bytes) -> CompanyImportOut:
+        """Load an export of this very company into a deployment that holds nothing of it;
+        the same stream sent again answers the first import's outcome (`replayed`)."""
+        return self.send(calls.import_company(company_id, stream))
 
     # --- the control plane: companies, offboarding, erasure requests ----------------------------
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Playwright, async_playwright
+from playwright.async_api import Browser, Playwright, Route, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from app.kit.config import Settings
@@ -23,11 +24,14 @@ from app.main import create_app
 from tests.browser.harness import (
     CHROMIUM_ARGS,
     DESKTOP,
+    LOCAL_HOST,
     BrowserPage,
     Guard,
     Shots,
     chromium_executable,
+    origin_of,
 )
+from tests.helpers.identity_provider import IdentityProvider
 from tests.helpers.serving import served
 
 
@@ -87,3 +91,24 @@ async def web(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator
         with contextlib.suppress(PlaywrightError):  # the browser went away with the failure
             await context.close()
     guard.assert_clean()
+
+
+@pytest.fixture
+async def provider_pages(web: BrowserPage, provider: IdentityProvider) -> list[str]:
+    """Requests off the machine that the OpenID provider's own pages make (its web font):
+    blocked, and listed here instead of failing the guard. Anything else still reaches the
+    guard. `provider` is the module's identity provider fixture."""
+    blocked: list[str] = []
+    provider_origin = origin_of(provider.issuer)
+
+    async def route(route: Route) -> None:
+        request = route.request
+        off_machine = urlsplit(request.url).hostname != LOCAL_HOST
+        if off_machine and origin_of(request.frame.url) == provider_origin:
+            blocked.append(request.url)
+            await route.abort("blockedbyclient")
+            return
+        await route.fallback()
+
+    await web.context.route("**/*", route)
+    return blocked

@@ -29,6 +29,11 @@ LOCAL_HOST = "127.0.0.1"
 DESKTOP: ViewportSize = {"width": 1100, "height": 900}
 
 
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def chromium_executable() -> str | None:
     """Debian's Chromium: on PATH, or where the package installs it."""
     found = shutil.which("chromium")
@@ -133,3 +138,24 @@ class BrowserPage:
     context: BrowserContext
     guard: Guard
     shot: Shots
+
+
+AXE_SCRIPT = PROJECT_ROOT / "tests" / "browser" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+BLOCKING_IMPACTS = frozenset({"serious", "critical"})
+
+
+async def serious_violations(page: Page) -> list[str]:
+    """axe-core's serious and critical violations on the page as it stands, one line each
+    (rule, impact, the first offending elements). axe-core is evaluated by the driver, not
+    loaded by the page, so the page's Content-Security-Policy stays as served."""
+    if not AXE_SCRIPT.is_file():
+        raise AssertionError(f"{AXE_SCRIPT} is missing: run `make test-browser` (needs npm)")
+    if not await page.evaluate("() => typeof axe === 'object'"):
+        await page.evaluate(AXE_SCRIPT.read_text(encoding="utf-8"))
+    results = await page.evaluate("() => axe.run(document, { resultTypes: ['violations'] })")
+    return [
+        f"{violation['id']} ({violation['impact']}): "
+        + "; ".join(" ".join(node["target"]) for node in violation["nodes"][:3])
+        for violation in results["violations"]
+        if violation["impact"] in BLOCKING_IMPACTS
+    ]

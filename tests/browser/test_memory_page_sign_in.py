@@ -22,7 +22,7 @@ from playwright.async_api import BrowserContext, Page, Request, Route, expect
 
 from app.main import create_app
 from app.profiles.document import Section
-from tests.browser.harness import LOCAL_HOST, BrowserPage, Shots, record_sent
+from tests.browser.harness import BrowserPage, Shots, record_sent
 from tests.helpers.apps import COMPANY, make_settings
 from tests.helpers.identity_provider import IdentityProvider, public_client
 from tests.helpers.profiles import memory_md
@@ -35,11 +35,6 @@ CLIENT_ID = "memory-page"
 SCOPE = "openid memory"
 LOGIN = "erin"
 NOT_USED = "The token in the link was not used"
-
-
-def origin_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 def with_query(url: str, **changes: str) -> str:
@@ -72,26 +67,6 @@ async def base_url(database_url: str, provider: IdentityProvider) -> AsyncIterat
             {**public_client(CLIENT_ID, [page_url]), "post_logout_redirect_uris": [page_url]}
         )
         yield url
-
-
-@pytest.fixture
-async def provider_pages(web: BrowserPage, provider: IdentityProvider) -> list[str]:
-    """Requests off the machine that the provider's own pages make (its web font): blocked,
-    and listed here instead of failing the guard. Anything else still reaches the guard."""
-    blocked: list[str] = []
-    provider_origin = origin_of(provider.issuer)
-
-    async def route(route: Route) -> None:
-        request = route.request
-        off_machine = urlsplit(request.url).hostname != LOCAL_HOST
-        if off_machine and origin_of(request.frame.url) == provider_origin:
-            blocked.append(request.url)
-            await route.abort("blockedbyclient")
-            return
-        await route.fallback()
-
-    await web.context.route("**/*", route)
-    return blocked
 
 
 def requests_to(page: Page, url: str) -> list[Request]:

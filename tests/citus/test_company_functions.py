@@ -38,7 +38,7 @@ async def test_every_hot_statement_runs_as_one_task_on_the_companys_node(
     statements = {statement.function: statement for statement in company_statements()}
     labels = {statement.label for statement in statements.values()}
     assert {"context", "turn_settings", "common_turn_save", "common_turns_save"} <= labels
-    assert {"turn_write_new", "lock_user_history", "turn_locks"} <= labels
+    assert {"turn_write_new", "lock_user_history"} <= labels
     admin = await _connect(admin_url)
     try:
         rows = await admin.fetch(_DISTRIBUTED)

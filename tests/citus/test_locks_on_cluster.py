@@ -64,9 +64,9 @@ async def test_turn_saves_wait_for_an_erasure_lock_of_their_user(
     cluster: CitusCluster,
 ) -> None:
     """The erasure's lock of the user's history (its lock function, on the company's node)
-    held: the turn-saves of that user (the lock taken inside their company function, or, with an
-    Idempotency-Key, in a statement of their own) wait for it on that node, alone, in a batch
-    and keyed, and are written once it is released."""
+    held: the turn-saves of that user (the lock taken inside their company function, with an
+    Idempotency-Key too) wait for it on that node, alone, in a batch and keyed, and are written
+    once it is released."""
     await enable_company(client, auth)
     company_node = int(await admin_fetchval(admin_url, _COMPANY_NODE, COMPANY))
     assert company_node != cluster.coordinator.port, "the company's shards are on a worker"

@@ -105,7 +105,11 @@ class Comparison:
             )
         enum, origin, args = _enum(schema), typing.get_origin(hint), typing.get_args(hint)
         target = _resolved(schema)
-        if enum is not None or origin is typing.Literal:
+        if "anyOf" in schema:
+            self.alternatives(hint, schema["anyOf"], where)
+        elif target == {} and hint in (object, Any):
+            pass  # any JSON value
+        elif enum is not None or origin is typing.Literal:
             if origin is not typing.Literal or enum != set(args):
                 self.problems.append(f"{where}: the schema's values {enum}, the model's {hint}")
         elif _name(schema) and "properties" in target:
@@ -133,6 +137,19 @@ class Comparison:
                 )
         else:
             self.problems.append(f"{where}: a schema this test cannot read: {schema}")
+
+    def alternatives(self, hint: Any, options: list[dict[str, Any]], where: str) -> None:
+        """A union of the model (`LimitBody | Unlimited`) against the schema's `anyOf`, one
+        alternative after the other, in order."""
+        if typing.get_origin(hint) not in (types.UnionType, typing.Union):
+            self.problems.append(f"{where}: a choice of {len(options)} in the schema, {hint}")
+            return
+        args = typing.get_args(hint)
+        if len(args) != len(options):
+            self.problems.append(f"{where}: {len(options)} alternatives in the schema, {hint}")
+            return
+        for n, (arg, option) in enumerate(zip(args, options, strict=True)):
+            self.types(arg, option, f"{where}|{n}")
 
     def model(self, cls: type[Any], schema_name: str) -> None:
         """Every member of the model against the object schema it stands for."""
@@ -234,6 +251,10 @@ def _compare_call(name: str, comparison: Comparison) -> None:
     ]
     if answer is type(None):
         assert bodies == [], f"{where}: the client reads nothing, the service answers {bodies}"
+    elif answer is bytes:
+        kinds = {kind for r in successes.values() for kind in r.get("content", {})}
+        assert kinds, f"{where}: the client reads bytes, the service answers no body"
+        assert JSON not in kinds, f"{where}: the client reads bytes, the service answers JSON"
     else:
         assert bodies, f"{where}: the client reads {answer}, the service answers no JSON body"
         for schema in bodies:

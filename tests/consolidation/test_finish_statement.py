@@ -22,6 +22,7 @@ from app.profiles.document import Frontmatter, Profile, Section
 from app.profiles.versions import ExpectedHead, VersionPolicy, VersionSource, stamp
 from app.usage.repository import COUNTS, counts_params
 from tests.helpers.apps import COMPANY
+from tests.helpers.db import admin_session
 from tests.helpers.jobs import LEASE, claim_one, enqueue
 from tests.helpers.profiles import STORED_COUNTER
 
@@ -63,8 +64,8 @@ async def counted(engine: AsyncEngine) -> dict[str, int]:
 
 
 async def versions(engine: AsyncEngine) -> list[int]:
-    async with engine.connect() as conn:
-        rows = await conn.execute(
+    async with admin_session(engine) as session:
+        rows = await session.execute(
             text("SELECT version FROM memory_versions WHERE user_id = 'alice' ORDER BY version")
         )
         return [row.version for row in rows]
@@ -105,8 +106,8 @@ async def test_a_held_claim_is_completed_counted_and_pruned_in_one_statement(
     claimed = await claim_one(engine)
 
     assert await finish(autocommit, claimed, written=True, retention=True)
-    async with engine.connect() as conn:
-        job = (await conn.execute(select(JOBS).where(JOBS.c.id == job_id))).one()
+    async with admin_session(engine) as session:
+        job = (await session.execute(select(JOBS).where(JOBS.c.id == job_id))).one()
     assert (job.status, job.outcome, job.version) == ("succeeded", "updated", 5)
     assert await counted(engine) == {"consolidations_updated": 1, "consolidations_offline": 1}
     assert await versions(engine) == [4, 5]
@@ -148,6 +149,6 @@ async def test_a_rider_parameter_named_as_a_job_column_is_refused(
                 statement=FINISH_STATEMENTS[False],
                 riders={name: "x"},
             )
-    async with engine.connect() as conn:
-        status = (await conn.execute(select(JOBS.c.status))).scalar_one()
+    async with admin_session(engine) as session:
+        status = (await session.execute(select(JOBS.c.status))).scalar_one()
     assert status == "running"

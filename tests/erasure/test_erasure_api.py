@@ -23,6 +23,7 @@ from tests.helpers.apps import OPERATOR, SPACE, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import (
     admin_execute,
     backend_pid,
+    execute,
     rows,
     scalar,
     sessions,
@@ -118,18 +119,13 @@ async def seed_user(client: httpx.AsyncClient, auth: AuthFactory, sub: str = "al
     )
     response = await client.post("/v1/chats/chat-b/turns", json=body, headers=auth(sub, "acme"))
     assert response.status_code == 202, response.text
-    await admin_execute_in_app(
-        client,
+    app: FastAPI = client._transport.app  # type: ignore[attr-defined]
+    await execute(
+        app,
         "UPDATE jobs SET status = 'succeeded', outcome = 'noop', finished_at = now()"
         " WHERE id = (SELECT id FROM jobs WHERE user_id = :u ORDER BY created_at LIMIT 1)",
         u=sub,
     )
-
-
-async def admin_execute_in_app(client: httpx.AsyncClient, sql: str, **params: Any) -> None:
-    app: FastAPI = client._transport.app  # type: ignore[attr-defined]
-    async with sessions(app)() as session, session.begin():
-        await session.execute(text(sql), params)
 
 
 async def test_erasure_deletes_everything_of_the_caller_and_counts_it(

@@ -7,8 +7,14 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.claim_fairness import FLOOD, FRESH, measure, parse_args, report
+from tests.helpers.on_citus import not_on_citus
 
 
+@not_on_citus(
+    "bench/claim_fairness.py measures the single-node claim, whose recursive walk over every"
+    " company Citus refuses (the cluster's claim is app/jobs/cluster_claim.py, tested in"
+    " tests/citus/)"
+)
 async def test_the_claim_benchmark_sees_the_fresh_job_taken_next_and_plans_the_owner_query(
     engine: AsyncEngine,
 ) -> None:

@@ -20,6 +20,7 @@ from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import COMPANY_CLAIMS, JOBS, ClaimedJob
 from app.jobs.worker import Worker, WorkerConfig
 from app.kit.observability import Metrics
+from tests.helpers.db import admin_session
 from tests.helpers.jobs import COALESCING, claim, claim_one, enqueue
 from tests.helpers.worker import wait_for
 
@@ -117,8 +118,8 @@ async def running_worker(engine: AsyncEngine, held: HeldJobs, slots: int) -> Asy
 
 
 async def running_owners(engine: AsyncEngine) -> Counter[tuple[str, str]]:
-    async with engine.connect() as conn:
-        found = await conn.execute(
+    async with admin_session(engine) as session:
+        found = await session.execute(
             select(JOBS.c.company_id, JOBS.c.user_id, func.count())
             .where(JOBS.c.status == "running")
             .group_by(JOBS.c.company_id, JOBS.c.user_id)
@@ -160,8 +161,8 @@ async def test_a_fresh_job_is_claimed_next_whatever_another_companys_backlog(
         assert [c.job_ids for c in racing if c.company_id == LATE] == [[late]]
         assert Counter(c.company_id for c in racing)[FLOOD] == slots - 1
 
-    async with engine.connect() as conn:
-        found = await conn.execute(
+    async with admin_session(engine) as session:
+        found = await session.execute(
             select(COMPANY_CLAIMS.c.company_id, COMPANY_CLAIMS.c.last_claimed_at)
         )
         served: dict[str, datetime] = dict(found.all())

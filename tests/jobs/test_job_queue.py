@@ -27,6 +27,7 @@ from app.jobs.lifecycle import (
 from app.jobs.queue import JOBS
 from app.kit.errors import Conflict, NotFound
 from tests.helpers.apps import COMPANY
+from tests.helpers.db import admin_session
 from tests.helpers.jobs import LEASE, claim, claim_one, enqueue
 from tests.helpers.polling import wait_until
 
@@ -38,14 +39,14 @@ async def db_now(engine: AsyncEngine) -> datetime:
 
 
 async def job(engine: AsyncEngine, job_id: uuid.UUID) -> dict[str, Any]:
-    async with engine.connect() as conn:
-        row = (await conn.execute(select(JOBS).where(JOBS.c.id == job_id))).one()
+    async with admin_session(engine) as session:
+        row = (await session.execute(select(JOBS).where(JOBS.c.id == job_id))).one()
     return dict(row._mapping)
 
 
 async def clear_jobs(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(JOBS.delete())
+    async with admin_session(engine) as session, session.begin():
+        await session.execute(JOBS.delete())
 
 
 async def test_enqueue_claim_complete(
@@ -98,8 +99,8 @@ async def test_enqueue_joins_the_callers_transaction(
         await session.begin()
         job_id = await enqueue_job(session, COMPANY, "alice", NewJob("consolidation", {}, 5))
         await session.rollback()
-    async with engine.connect() as conn:
-        assert (await conn.execute(select(JOBS.c.id).where(JOBS.c.id == job_id))).first() is None
+    async with admin_session(engine) as check:
+        assert (await check.execute(select(JOBS.c.id).where(JOBS.c.id == job_id))).first() is None
 
 
 @pytest.mark.parametrize(
@@ -296,8 +297,8 @@ async def test_lost_lease_on_one_job_fences_the_whole_completion(
     claimed = await claim_one(engine)
     async with sessions() as session, session.begin():
         assert await jobs.delete_user_jobs(session, COMPANY, "bob") == 0
-    async with engine.begin() as conn:  # one of the two vanished (say, deleted by an operator)
-        await conn.execute(JOBS.delete().where(JOBS.c.id == ids[1]))
+    async with admin_session(engine) as session, session.begin():  # one of the two vanished
+        await session.execute(JOBS.delete().where(JOBS.c.id == ids[1]))  # (say, by an operator)
     async with engine.begin() as conn:
         assert not await complete_jobs(conn, claimed, outcome="updated", version=1)
     assert (await job(engine, ids[0]))["status"] == "running"  # nothing written
@@ -402,8 +403,8 @@ async def test_delete_user_jobs_removes_pending_jobs_only(
     async with sessions() as session, session.begin():
         assert await jobs.delete_user_jobs(session, COMPANY, "alice") == 2
     assert not await heartbeat(engine, running, LEASE)  # the running worker is fenced out
-    async with engine.connect() as conn:
-        left = set((await conn.execute(select(JOBS.c.id))).scalars())
+    async with admin_session(engine) as session:
+        left = set((await session.execute(select(JOBS.c.id))).scalars())
     assert left == {done, bobs}
 
 
@@ -417,8 +418,8 @@ async def test_queue_stats_report_depth_and_oldest_wait(
     }
     [old] = await enqueue(sessions, "a")
     await enqueue(sessions, "b", count=2)
-    async with engine.begin() as conn:
-        await conn.execute(
+    async with admin_session(engine) as session, session.begin():
+        await session.execute(
             update(JOBS)
             .where(JOBS.c.id == old)
             .values(run_after=text("now() - interval '90 seconds'"))

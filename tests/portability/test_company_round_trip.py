@@ -6,6 +6,7 @@ there is what they saw here."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -87,4 +88,20 @@ async def test_a_company_exported_and_imported_elsewhere_exports_the_same(
         "/v1/me/memory/enablement?space_id=space-1",
     ):
         here, there = await client.get(path, headers=alice), await other.get(path, headers=alice)
-        assert (there.status_code, there.json()) == (here.status_code, here.json()), path
+        assert (there.status_code, _own_ids_out(there.json())) == (
+            here.status_code,
+            _own_ids_out(here.json()),
+        ), path
+
+
+def _own_ids_out(body: Any) -> Any:
+    """A page of chat messages without their ids: each deployment numbers the messages it
+    stores (an import too; on a Citus cluster from the sequence range of the node that writes
+    them), in the order they were saved."""
+    if isinstance(body, dict) and isinstance(body.get("items"), list):
+        items = [
+            {k: v for k, v in item.items() if k != "id"} if "turn_id" in item else item
+            for item in body["items"]
+        ]
+        return body | {"items": items}
+    return body

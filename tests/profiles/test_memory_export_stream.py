@@ -34,7 +34,7 @@ from app.profiles.export import (
 from app.profiles.schemas import MemoryExportOut
 from bench.export_memory import COMPANY, plain_dsn, seed_histories
 from tests.helpers.apps import AuthFactory, client_with, make_settings
-from tests.helpers.db import admin_fetchval, database_of, rows, sessions
+from tests.helpers.db import admin_fetchval, database_of, rows, sessions, statements
 from tests.helpers.memory import ME, create, replace
 from tests.helpers.polling import wait_until
 from tests.helpers.profiles import memory_md
@@ -216,6 +216,18 @@ async def test_the_export_is_one_snapshot_whatever_is_written_meanwhile(
     assert "chat-new" not in [chat["chat_id"] for chat in export["chats"]]
     assert [v["version"] for v in export["versions"]] == [1, 2]
     assert export["profile"]["version"] == 2
+
+
+async def test_the_exports_first_statement_reads_a_table_of_the_company(app: FastAPI) -> None:
+    """On a Citus cluster the snapshot on the node holding the company starts with the first
+    statement that reaches it: the export's first one reads the user's settings row, so the
+    document shows that node as of the export's opening, not of a later read (the export lock,
+    taken next, runs on the coordinator)."""
+    with statements(app) as seen:
+        stream = await open_export(database_of(app), Principal("reader", COMPANY, frozenset()))
+        await stream.close()
+    assert "FROM user_settings" in seen[0], seen[:3]
+    assert "pg_try_advisory_xact_lock" in seen[1], seen[:3]
 
 
 # --- one export of a user at a time ------------------------------------------------------------

@@ -125,15 +125,20 @@ def section(content: str | None, name: Section) -> tuple[str, ...]:
 
 async def age(database_url: str, user_id: str, days: int, company: str = COMPANY) -> None:
     """Move everything the user's memory was touched by `days` days into the past: the
-    memory.md, its versions, the user's jobs and turns."""
-    shift = f"make_interval(days => {days})"
+    memory.md, its versions, the user's jobs and turns. The days are taken off in UTC (`AT TIME
+    ZONE`, each step immutable): a Citus cluster refuses an UPDATE whose new value comes from
+    a stable function of a column, as `timestamptz - interval` is."""
+
+    def shifted(column: str) -> str:
+        return f"({column} AT TIME ZONE 'UTC' - make_interval(days => {days})) AT TIME ZONE 'UTC'"
+
     owner = f"company_id = '{company}' AND user_id = '{user_id}'"
     await admin_execute(
         database_url,
-        f"UPDATE memory_files SET created_at = created_at - {shift},"  # noqa: S608
-        f" updated_at = updated_at - {shift} WHERE {owner}",
+        f"UPDATE memory_files SET created_at = {shifted('created_at')},"  # noqa: S608
+        f" updated_at = {shifted('updated_at')} WHERE {owner}",
         *(
-            f"UPDATE {table} SET created_at = created_at - {shift} WHERE {owner}"  # noqa: S608
+            f"UPDATE {table} SET created_at = {shifted('created_at')} WHERE {owner}"  # noqa: S608
             for table in ("memory_versions", "jobs", "turns")
         ),
     )

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.rate_limits.service import refresh_overrides
 from tests.helpers.apps import OPERATOR, AuthFactory, app_with, client_of, client_with
+from tests.helpers.db import admin_session
 from tests.helpers.settings import enable_company, register_company
 from tests.helpers.turns import new_chat, turn_body, user
 
@@ -41,8 +42,8 @@ async def save(
 
 
 async def stored_turns(engine: AsyncEngine, user_id: str) -> int:
-    async with engine.connect() as conn:
-        count = await conn.scalar(
+    async with admin_session(engine) as session:
+        count = await session.scalar(
             text("SELECT count(*) FROM turns WHERE user_id = :u"), {"u": user_id}
         )
     return int(count or 0)

@@ -28,6 +28,7 @@ from app.turns.repository import CONSOLIDATION_MODEL_SQL
 from app.turns.schemas import TurnRequest
 from tests.helpers.apps import COMPANY, USER, AuthFactory
 from tests.helpers.db import _asyncpg_dsn, rows
+from tests.helpers.on_citus import not_on_citus
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import save_turn, user
 
@@ -173,6 +174,11 @@ async def test_the_marks_sql_refuses_as_stored_refusal(database_url: str) -> Non
     assert outcomes == {True, False}
 
 
+@not_on_citus(
+    "the test's eraser takes the user's lock in a statement of its own, on the coordinator, and"
+    " counts the waits there; on the cluster the turn-save takes it on the company's worker"
+    " (tests/citus/test_locks_on_cluster.py holds the erasure's lock there)"
+)
 async def test_a_folder_deleted_while_the_statement_waits_is_planned_again(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory, database_url: str
 ) -> None:

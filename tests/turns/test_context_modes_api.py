@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from fastapi import FastAPI
 
 from app.kit.tokens import TokenCounter
 from tests.helpers.apps import AuthFactory, app_with, client_of, client_with
+from tests.helpers.db import execute, rows
 from tests.helpers.turns import (
     Msg,
     assistant,
@@ -177,17 +177,12 @@ async def test_history_is_bounded_by_stored_tokens(database_url: str, auth: Auth
 
 
 async def test_turn_save_stores_messages_uncounted(
-    client: httpx.AsyncClient, auth: AuthFactory, engine: AsyncEngine
+    app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
     chat = new_chat()
     await save_turn(client, auth, chat, [user("How long is the Loire?")], "About 1,000 km.")
-    async with engine.connect() as conn:
-        counts = (
-            await conn.execute(
-                text("SELECT tokens FROM chat_messages WHERE chat_id = :chat"), {"chat": chat}
-            )
-        ).scalars()
-        assert list(counts) == [None, None]
+    counts = await rows(app, "SELECT tokens FROM chat_messages WHERE chat_id = :chat", chat=chat)
+    assert [row.tokens for row in counts] == [None, None]
 
 
 @pytest.mark.parametrize("slack", [-1, 0, 1])
@@ -234,21 +229,19 @@ async def test_a_history_within_its_byte_bound_is_loaded_without_counting(
 
 
 async def test_a_count_stored_with_a_message_is_used_as_stored(
-    database_url: str, auth: AuthFactory, engine: AsyncEngine
+    app: FastAPI, database_url: str, auth: AuthFactory
 ) -> None:
     """Rows written before turn-save stopped counting carry their count: the load uses it."""
     chat = new_chat()
     async with client_with(database_url, history_max_tokens=1_000) as small:
         await save_turn(small, auth, chat, [user("Old question?")], "Old answer.")
         await save_turn(small, auth, chat, [user("New question?")], "New answer.")
-        async with engine.begin() as conn:
-            await conn.execute(
-                text(
-                    "UPDATE chat_messages SET tokens = 999 "
-                    "WHERE chat_id = :chat AND content = 'Old answer.'"
-                ),
-                {"chat": chat},
-            )
+        await execute(
+            app,
+            "UPDATE chat_messages SET tokens = 999"
+            " WHERE chat_id = :chat AND content = 'Old answer.'",
+            chat=chat,
+        )
         result = await context(small, auth, chat, [user("next")], debug=True)
     # 999 + the newer messages exceed 1,000: the old answer (and what precedes it) is left out
     assert pairs(result["messages"]) == pairs(

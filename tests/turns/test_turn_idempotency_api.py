@@ -15,9 +15,9 @@ from sqlalchemy import text
 from app.turns.idempotency import REPLAYED_HEADER
 from app.turns.repository import idempotency_lock_key, prune_idempotency_keys
 from tests.helpers.apps import COMPANY, AuthFactory
-from tests.helpers.db import rows
+from tests.helpers.db import execute, rows
 from tests.helpers.settings import enable_company
-from tests.helpers.turns import new_chat, stored, turn_body, user
+from tests.helpers.turns import context, new_chat, save_turn, stored, turn_body, user
 
 BODY = turn_body([user("Please remember I use Vim.")], "Noted.")
 
@@ -141,8 +141,7 @@ async def test_an_expired_key_is_treated_as_new(
 ) -> None:
     chat, key = new_chat(), "old-key"
     first = await post(client, auth, chat, key)
-    async with app.state.database.engine.begin() as conn:
-        await conn.execute(text("UPDATE idempotency_keys SET expires_at = now() - interval '1s'"))
+    await execute(app, "UPDATE idempotency_keys SET expires_at = now() - interval '1s'")
 
     other = turn_body([user("A new question")], "A new answer.")
     fresh = await post(client, auth, chat, key, body=other)
@@ -162,13 +161,11 @@ async def test_prune_deletes_only_expired_keys(
     chat = new_chat()
     for key in ("a", "b", "c"):
         await post(client, auth, chat, f"key-{key}", body=turn_body([user(key)], key))
-    async with app.state.database.engine.begin() as conn:
-        await conn.execute(
-            text(
-                "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'"
-                " WHERE key IN ('key-a', 'key-b')"
-            )
-        )
+    await execute(
+        app,
+        "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour'"
+        " WHERE key IN ('key-a', 'key-b')",
+    )
 
     assert await prune_idempotency_keys(app.state.database.engine) == 2
     assert await prune_idempotency_keys(app.state.database.engine) == 0
@@ -185,3 +182,27 @@ async def test_malformed_keys_are_422(
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == "header.Idempotency-Key"
     assert await stored(client, auth, chat) == []
+
+
+async def test_a_chat_saved_with_and_without_keys_reads_back_in_order(
+    client: httpx.AsyncClient, auth: AuthFactory
+) -> None:
+    """A keyed turn between two turns without a key: the messages listed and the history loaded
+    as context come back in the order they were saved. On a Citus cluster both kinds of write
+    take their message ids on the company's node (docs/scaling.md); from two nodes' ranges a
+    chat read back out of order."""
+    await enable_company(client, auth)
+    chat = new_chat()
+    assert (await save_turn(client, auth, chat, [user("first")], "one")).status_code == 202
+    keyed = await client.post(
+        f"/v1/chats/{chat}/turns",
+        json=turn_body([user("second")], "two"),
+        headers=auth() | {"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert keyed.status_code == 202, keyed.text
+    assert (await save_turn(client, auth, chat, [user("third")], "three")).status_code == 202
+
+    saved = ["first", "one", "second", "two", "third", "three"]
+    assert [m["content"] for m in await stored(client, auth, chat)] == saved
+    loaded = await context(client, auth, chat, [user("and now?")])
+    assert [m["content"] for m in loaded["messages"]] == [*saved, "and now?"]

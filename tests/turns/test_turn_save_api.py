@@ -14,10 +14,12 @@ from sqlalchemy import text
 
 from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.folders import service as folders
+from app.kit.citus import FUNCTION_PREFIX
 from app.turns.save import FOLDER_REFUSED_REASON
 from tests.helpers.apps import COMPANY, SPACE, AuthFactory
 from tests.helpers.db import rows, sessions, statements
 from tests.helpers.memory import seed_profile
+from tests.helpers.on_citus import ON_CITUS
 from tests.helpers.settings import enable_company, patch_space
 from tests.helpers.turns import new_chat, save_turn, stored, turn_body, user
 
@@ -135,6 +137,10 @@ async def test_payload_model_follows_the_space_configuration(
     assert job.payload["model"] == expected
 
 
+CALL = f"SELECT * FROM {FUNCTION_PREFIX}"  # noqa: S608 - a constant prefix
+"""How a statement sent as its company function starts (app/kit/citus.py)."""
+
+
 async def test_turn_save_common_path_is_one_statement(
     app: FastAPI, client: httpx.AsyncClient, auth: AuthFactory
 ) -> None:
@@ -154,6 +160,18 @@ async def test_turn_save_common_path_is_one_statement(
         )
         assert response.status_code == 202
 
+    if ON_CITUS:  # each write in its company function; the keyed one holds the shards first
+        assert [s.lstrip()[: len(CALL)] for s in plain] == [CALL]
+        assert [s.lstrip().split()[0].upper().rstrip(";") for s in keyed] == [
+            "BEGIN",
+            "SELECT",
+            "SELECT",
+            "SELECT",
+            "SELECT",
+            "COMMIT",
+        ]
+        assert keyed[-2].lstrip().startswith(CALL)
+        return
     assert [s.lstrip().split()[0].upper() for s in plain] == ["WITH"]
     assert [s.lstrip().split()[0].upper().rstrip(";") for s in keyed] == [
         "BEGIN",

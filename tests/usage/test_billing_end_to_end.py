@@ -14,12 +14,11 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import text
 
 from app.consolidation.prompts import STATIC_PREFIXES
 from app.kit.llm import OpenAIChatModel
 from tests.helpers.apps import OPERATOR, SPACE, USER, AuthFactory, client_with
-from tests.helpers.db import sessions
+from tests.helpers.db import execute
 from tests.helpers.jobs import job_row
 from tests.helpers.llm_stub import Answer, StubLLMServer, refusal, reply, status
 from tests.helpers.memory import put_memory, versions
@@ -117,8 +116,7 @@ def billed_by_stub(answers: list[Answer]) -> dict[tuple[str, str], list[int]]:
 
 async def make_due(app: FastAPI) -> None:
     """The retry's backoff, skipped."""
-    async with sessions(app)() as session, session.begin():
-        await session.execute(text("UPDATE jobs SET run_after = now() WHERE status = 'retrying'"))
+    await execute(app, "UPDATE jobs SET run_after = now() WHERE status = 'retrying'")
 
 
 async def usage(client: httpx.AsyncClient, auth: AuthFactory) -> dict[str, Any]:

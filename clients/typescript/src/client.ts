@@ -1,5 +1,5 @@
 /**
- * `ContextMemoryClient`: every orchestrator and user route of the service as a method, over the
+ * `ContextMemoryClient`: every route of the service's API as a method, over the
  * global `fetch` (or one given), with the Python client's retry rules: a request is repeated
  * only when repeating it is safe (after a 429, a 503, a 409 `conflict-retry`, or no answer), a
  * turn-save keeps one `Idempotency-Key` across its attempts, and `Retry-After` is honoured.
@@ -13,7 +13,10 @@ import {
   sleep,
   type RetryPolicy,
 } from "./retry.js";
+import type { paths } from "./generated/openapi.js";
 import type {
+  AuditEventOut,
+  CompanyImportOut,
   CompanyIn,
   CompanyOut,
   ConsolidationRequest,
@@ -23,21 +26,32 @@ import type {
   ErasureOut,
   FeatureFlag,
   FeatureFlagOut,
+  FeatureFlagsOut,
+  FolderOut,
   Health,
+  JobStatus,
+  JobSummary,
   JobView,
   Me,
   MemoryExportOut,
   MemoryImportIn,
   MemoryOut,
+  MemoryPolicyIn,
+  MemoryPolicyOut,
+  ModelBudgetIn,
+  ModelBudgetOut,
   OffboardingOut,
   Page,
   PolicyActionOut,
+  RateLimitsIn,
+  RateLimitsOut,
   Readiness,
   SpacePatch,
   SpaceSettingsOut,
   StoredMessageOut,
   TurnRequest,
   TurnSaved,
+  UsageReportOut,
   UserSettingsOut,
   UserSettingsUpdateOut,
   VersionDiffOut,
@@ -80,12 +94,32 @@ export interface IterOptions extends CallOptions {
 
 type Query = Record<string, string | number | boolean | undefined>;
 
-/** One request, built once: every retry sends exactly these headers and this body. */
-interface Call {
+type Method = "get" | "put" | "post" | "delete" | "patch";
+
+/**
+ * Every operation of the contract as `"METHOD /path/{name}"` (`"GET /v1/jobs/{job_id}"`): a
+ * route that `openapi.yaml` does not have fails the type-check.
+ */
+export type Route = {
+  [P in keyof paths]: {
+    [M in Method]-?: [Exclude<paths[P][M], undefined>] extends [never]
+      ? never
+      : `${Uppercase<M>} ${P}`;
+  }[Method];
+}[keyof paths];
+
+/** A route with its path parameters filled in. */
+interface Routed {
   method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
   path: string;
+}
+
+/** One request, built once: every retry sends exactly these headers and this body. */
+interface Call extends Routed {
   query?: Query;
   body?: unknown;
+  /** A body that is not JSON, sent as it is (`headers` names its `Content-Type`). */
+  raw?: string;
   headers?: Record<string, string>;
   /** Safe to send again: a read, a conditional or set-style write, or carries an idempotency key. */
   retryable: boolean;
@@ -127,8 +161,8 @@ export class ContextMemoryClient {
     options?: CallOptions,
   ): Promise<ContextResponse> {
     // A read: it stores nothing the caller could see twice, so it is retried like a GET.
-    const path = `/v1/chats/${seg(chatId)}/context`;
-    return this.#json({ method: "POST", path, body: request, retryable: true }, options);
+    const to = route("POST /v1/chats/{chat_id}/context", { chat_id: chatId });
+    return this.#json({ ...to, body: request, retryable: true }, options);
   }
 
   /**
@@ -143,8 +177,7 @@ export class ContextMemoryClient {
     const key = options?.idempotencyKey ?? crypto.randomUUID();
     return this.#json(
       {
-        method: "POST",
-        path: `/v1/chats/${seg(chatId)}/turns`,
+        ...route("POST /v1/chats/{chat_id}/turns", { chat_id: chatId }),
         body: request,
         headers: { "Idempotency-Key": key },
         retryable: true,
@@ -155,7 +188,7 @@ export class ContextMemoryClient {
 
   /** One page of the chat's stored messages. */
   listMessagesPage(chatId: string, options?: PageOptions): Promise<Page<StoredMessageOut>> {
-    return this.#page(`/v1/chats/${seg(chatId)}/messages`, {}, options);
+    return this.#page(route("GET /v1/chats/{chat_id}/messages", { chat_id: chatId }), {}, options);
   }
 
   /** Every stored message of the chat, fetched a page at a time. */
@@ -165,30 +198,30 @@ export class ContextMemoryClient {
 
   /** Delete the chat and its messages. */
   deleteChat(chatId: string, options?: CallOptions): Promise<void> {
-    const path = `/v1/chats/${seg(chatId)}`;
-    return this.#none({ method: "DELETE", path, retryable: true }, options);
+    const to = route("DELETE /v1/chats/{chat_id}", { chat_id: chatId });
+    return this.#none({ ...to, retryable: true }, options);
   }
 
   // --- the user ---------------------------------------------------------------------------------
 
   getMe(options?: CallOptions): Promise<Me> {
-    return this.#json({ method: "GET", path: "/v1/me", retryable: true }, options);
+    return this.#json({ ...route("GET /v1/me"), retryable: true }, options);
   }
 
   /** Delete everything the service holds about the caller. */
   eraseMe(options?: CallOptions): Promise<ErasureOut> {
-    return this.#json({ method: "DELETE", path: "/v1/me", retryable: true }, options);
+    return this.#json({ ...route("DELETE /v1/me"), retryable: true }, options);
   }
 
   /** The current profile (`NotFound` when there is none). */
   getMemory(options?: CallOptions): Promise<MemoryOut> {
-    return this.#json({ method: "GET", path: "/v1/me/memory", retryable: true }, options);
+    return this.#json({ ...route("GET /v1/me/memory"), retryable: true }, options);
   }
 
   /** The current profile, or null when it still is `version`. */
   async getMemoryIfChanged(version: number, options?: CallOptions): Promise<MemoryOut | null> {
     const headers = { "If-None-Match": etag(version) };
-    const call: Call = { method: "GET", path: "/v1/me/memory", headers, retryable: true };
+    const call: Call = { ...route("GET /v1/me/memory"), headers, retryable: true };
     const answer = await this.#send(call, options);
     return answer.status === 304 ? null : (JSON.parse(answer.body) as MemoryOut);
   }
@@ -204,8 +237,7 @@ export class ContextMemoryClient {
     // Conditional, so a repeat can never overwrite a newer version: at worst it gets a 412.
     return this.#json(
       {
-        method: "PUT",
-        path: "/v1/me/memory",
+        ...route("PUT /v1/me/memory"),
         body: { content },
         headers: conditionHeaders(options.version),
         retryable: true,
@@ -217,14 +249,11 @@ export class ContextMemoryClient {
   /** Clear the profile and its history (at `ifMatch` when given). */
   deleteMemory(options?: CallOptions & { ifMatch?: number }): Promise<void> {
     const headers = options?.ifMatch === undefined ? {} : { "If-Match": etag(options.ifMatch) };
-    return this.#none(
-      { method: "DELETE", path: "/v1/me/memory", headers, retryable: true },
-      options,
-    );
+    return this.#none({ ...route("DELETE /v1/me/memory"), headers, retryable: true }, options);
   }
 
   listVersionsPage(options?: PageOptions): Promise<Page<VersionSummaryOut>> {
-    return this.#page("/v1/me/memory/versions", {}, options);
+    return this.#page(route("GET /v1/me/memory/versions"), {}, options);
   }
 
   /** Every retained version, newest first, fetched a page at a time. */
@@ -233,8 +262,8 @@ export class ContextMemoryClient {
   }
 
   getVersion(n: number, options?: CallOptions): Promise<VersionOut> {
-    const path = `/v1/me/memory/versions/${seg(n)}`;
-    return this.#json({ method: "GET", path, retryable: true }, options);
+    const to = route("GET /v1/me/memory/versions/{n}", { n });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   /** Unified diff of version `n` against `against` (default: the version before it). */
@@ -242,9 +271,9 @@ export class ContextMemoryClient {
     n: number,
     options?: CallOptions & { against?: number },
   ): Promise<VersionDiffOut> {
-    const path = `/v1/me/memory/versions/${seg(n)}/diff`;
+    const to = route("GET /v1/me/memory/versions/{n}/diff", { n });
     const query = { against: options?.against };
-    return this.#json({ method: "GET", path, query, retryable: true }, options);
+    return this.#json({ ...to, query, retryable: true }, options);
   }
 
   /**
@@ -255,8 +284,7 @@ export class ContextMemoryClient {
     const ifMatch = options?.ifMatch;
     return this.#json(
       {
-        method: "POST",
-        path: `/v1/me/memory/versions/${seg(n)}/restore`,
+        ...route("POST /v1/me/memory/versions/{n}/restore", { n }),
         headers: ifMatch === undefined ? {} : { "If-Match": etag(ifMatch) },
         retryable: ifMatch !== undefined,
       },
@@ -265,7 +293,7 @@ export class ContextMemoryClient {
   }
 
   listPolicyActionsPage(options?: PageOptions): Promise<Page<PolicyActionOut>> {
-    return this.#page("/v1/me/memory/policy-actions", {}, options);
+    return this.#page(route("GET /v1/me/memory/policy-actions"), {}, options);
   }
 
   /** What the company's memory policy kept out of the memory, newest first (never values). */
@@ -274,7 +302,7 @@ export class ContextMemoryClient {
   }
 
   exportMemory(options?: CallOptions): Promise<MemoryExportOut> {
-    return this.#json({ method: "GET", path: "/v1/me/memory/export", retryable: true }, options);
+    return this.#json({ ...route("GET /v1/me/memory/export"), retryable: true }, options);
   }
 
   /**
@@ -288,8 +316,7 @@ export class ContextMemoryClient {
     const version = options?.version;
     return this.#json(
       {
-        method: "POST",
-        path: "/v1/me/memory/import",
+        ...route("POST /v1/me/memory/import"),
         body: document,
         headers: version === undefined ? {} : conditionHeaders(version),
         retryable: version !== undefined,
@@ -299,24 +326,21 @@ export class ContextMemoryClient {
   }
 
   getSettings(options?: CallOptions): Promise<UserSettingsOut> {
-    return this.#json({ method: "GET", path: "/v1/me/settings", retryable: true }, options);
+    return this.#json({ ...route("GET /v1/me/settings"), retryable: true }, options);
   }
 
   /** Switch context memory on or off for the caller; off deletes the memory for good. */
   setMemoryEnabled(enabled: boolean, options?: CallOptions): Promise<UserSettingsUpdateOut> {
     // Sets a value: repeating it changes nothing more.
     const body = { context_memory: enabled };
-    return this.#json(
-      { method: "PATCH", path: "/v1/me/settings", body, retryable: true },
-      options,
-    );
+    return this.#json({ ...route("PATCH /v1/me/settings"), body, retryable: true }, options);
   }
 
   /** Whether context memory is effectively on for the caller in `spaceId`, and why. */
   getEnablement(spaceId: string, options?: CallOptions): Promise<DecisionOut> {
     const query = { space_id: spaceId };
-    const path = "/v1/me/memory/enablement";
-    return this.#json({ method: "GET", path, query, retryable: true }, options);
+    const to = route("GET /v1/me/memory/enablement");
+    return this.#json({ ...to, query, retryable: true }, options);
   }
 
   /**
@@ -329,12 +353,13 @@ export class ContextMemoryClient {
     options?: CallOptions & { wait?: boolean; waitSeconds?: number },
   ): Promise<JobView> {
     const query = { wait: options?.wait || undefined, timeout: options?.waitSeconds };
-    const path = "/v1/me/memory/consolidations";
-    return this.#json({ method: "POST", path, query, body: request, retryable: false }, options);
+    const to = route("POST /v1/me/memory/consolidations");
+    return this.#json({ ...to, query, body: request, retryable: false }, options);
   }
 
   getJob(jobId: string, options?: CallOptions): Promise<JobView> {
-    return this.#json({ method: "GET", path: `/v1/jobs/${seg(jobId)}`, retryable: true }, options);
+    const to = route("GET /v1/jobs/{job_id}", { job_id: jobId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   /** Poll the job until it succeeded or is dead; rejects after `timeoutMs` (default 30 s). */
@@ -354,16 +379,29 @@ export class ContextMemoryClient {
     }
   }
 
-  // --- space admins and operators (what an orchestrator's setup needs) --------------------------
+  // --- space admins -----------------------------------------------------------------------------
 
   getSpace(spaceId: string, options?: CallOptions): Promise<SpaceSettingsOut> {
-    const path = `/v1/spaces/${seg(spaceId)}`;
-    return this.#json({ method: "GET", path, retryable: true }, options);
+    const to = route("GET /v1/spaces/{space_id}", { space_id: spaceId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   updateSpace(spaceId: string, patch: SpacePatch, options?: CallOptions): Promise<SpaceSettingsOut> {
-    const path = `/v1/spaces/${seg(spaceId)}`;
-    return this.#json({ method: "PATCH", path, body: patch, retryable: true }, options);
+    const to = route("PATCH /v1/spaces/{space_id}", { space_id: spaceId });
+    return this.#json({ ...to, body: patch, retryable: true }, options);
+  }
+
+  /** The company's user-memory folder and who may read and write it. */
+  getUserMemoryFolder(companyId: string, options?: CallOptions): Promise<FolderOut> {
+    const to = route("GET /v1/companies/{company_id}/folders/user-memory", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
+  }
+
+  // --- operators (a company's settings, audit trail, jobs, usage and data) ----------------------
+
+  listFeatureFlags(companyId: string, options?: CallOptions): Promise<FeatureFlagsOut> {
+    const to = route("GET /v1/companies/{company_id}/feature-flags", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   setFeatureFlag(
@@ -372,15 +410,132 @@ export class ContextMemoryClient {
     enabled: boolean,
     options?: CallOptions,
   ): Promise<FeatureFlagOut> {
-    const path = `/v1/companies/${seg(companyId)}/feature-flags/${seg(flag)}`;
-    return this.#json({ method: "PUT", path, body: { enabled }, retryable: true }, options);
+    const to = route("PUT /v1/companies/{company_id}/feature-flags/{flag}", {
+      company_id: companyId,
+      flag,
+    });
+    return this.#json({ ...to, body: { enabled }, retryable: true }, options);
+  }
+
+  getMemoryPolicy(companyId: string, options?: CallOptions): Promise<MemoryPolicyOut> {
+    const to = route("GET /v1/companies/{company_id}/memory-policy", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
+  }
+
+  /** Replace the company's memory policy (every member; audited). */
+  setMemoryPolicy(
+    companyId: string,
+    policy: MemoryPolicyIn,
+    options?: CallOptions,
+  ): Promise<MemoryPolicyOut> {
+    // The whole policy: repeating it changes nothing more.
+    const to = route("PUT /v1/companies/{company_id}/memory-policy", { company_id: companyId });
+    return this.#json({ ...to, body: policy, retryable: true }, options);
+  }
+
+  listAuditEventsPage(companyId: string, options?: PageOptions): Promise<Page<AuditEventOut>> {
+    const to = route("GET /v1/companies/{company_id}/audit-events", { company_id: companyId });
+    return this.#page(to, {}, options);
+  }
+
+  /** The company's audit trail, newest first, fetched a page at a time. */
+  listAuditEvents(companyId: string, options?: IterOptions): AsyncGenerator<AuditEventOut> {
+    return this.#paginate((cursor) => this.listAuditEventsPage(companyId, pageOf(options, cursor)));
+  }
+
+  listCompanyJobsPage(
+    companyId: string,
+    options?: PageOptions & { status?: JobStatus },
+  ): Promise<Page<JobSummary>> {
+    const to = route("GET /v1/companies/{company_id}/jobs", { company_id: companyId });
+    return this.#page(to, { status: options?.status }, options);
+  }
+
+  /** The company's jobs (of one `status` when given), fetched a page at a time. */
+  listCompanyJobs(
+    companyId: string,
+    options?: IterOptions & { status?: JobStatus },
+  ): AsyncGenerator<JobSummary> {
+    const status = options?.status;
+    return this.#paginate((cursor) =>
+      this.listCompanyJobsPage(companyId, { ...pageOf(options, cursor), ...(status ? { status } : {}) }),
+    );
+  }
+
+  /** Send a dead job back to the queue. Never retried: a repeat of a retry is no retry. */
+  retryJob(companyId: string, jobId: string, options?: CallOptions): Promise<JobSummary> {
+    const to = route("POST /v1/companies/{company_id}/jobs/{job_id}/retry", {
+      company_id: companyId,
+      job_id: jobId,
+    });
+    return this.#json({ ...to, retryable: false }, options);
+  }
+
+  /** The company's rate limits by class, and which of them its overrides set. */
+  getRateLimits(companyId: string, options?: CallOptions): Promise<RateLimitsOut> {
+    const to = route("GET /v1/companies/{company_id}/rate-limits", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
+  }
+
+  /** Replace the company's overrides (a class left out: the defaults; audited). */
+  setRateLimits(
+    companyId: string,
+    limits: RateLimitsIn,
+    options?: CallOptions,
+  ): Promise<RateLimitsOut> {
+    // The whole set of overrides: repeating it changes nothing more.
+    const to = route("PUT /v1/companies/{company_id}/rate-limits", { company_id: companyId });
+    return this.#json({ ...to, body: limits, retryable: true }, options);
+  }
+
+  /** The company's usage for every UTC day from `from` to `to` (`YYYY-MM-DD`, both included). */
+  getUsage(
+    companyId: string,
+    range: { from: string; to: string },
+    options?: CallOptions,
+  ): Promise<UsageReportOut> {
+    const to = route("GET /v1/companies/{company_id}/usage", { company_id: companyId });
+    return this.#json({ ...to, query: { from: range.from, to: range.to }, retryable: true }, options);
+  }
+
+  /** The company's monthly model budget and what it spent this month. */
+  getModelBudget(companyId: string, options?: CallOptions): Promise<ModelBudgetOut> {
+    const to = route("GET /v1/companies/{company_id}/model-budget", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
+  }
+
+  /** Replace the company's monthly model budget (audited). */
+  setModelBudget(
+    companyId: string,
+    budget: ModelBudgetIn,
+    options?: CallOptions,
+  ): Promise<ModelBudgetOut> {
+    const to = route("PUT /v1/companies/{company_id}/model-budget", { company_id: companyId });
+    return this.#json({ ...to, body: budget, retryable: true }, options);
+  }
+
+  /** The whole company as the NDJSON stream `importCompany` reads (docs/portability.md). */
+  async exportCompany(companyId: string, options?: CallOptions): Promise<string> {
+    const to = route("GET /v1/companies/{company_id}/export", { company_id: companyId });
+    const headers = { Accept: NDJSON };
+    return (await this.#send({ ...to, headers, retryable: true }, options)).body;
+  }
+
+  /**
+   * Load an export of this very company into a deployment that holds nothing of it. Safe to
+   * repeat: the same stream sent again answers the first import's outcome (`replayed`).
+   */
+  importCompany(companyId: string, stream: string, options?: CallOptions): Promise<CompanyImportOut> {
+    const to = route("POST /v1/companies/{company_id}/import", { company_id: companyId });
+    const headers = { "Content-Type": NDJSON };
+    return this.#json({ ...to, raw: stream, headers, retryable: true }, options);
   }
 
   // --- the control plane: companies, offboarding, erasure requests ------------------------------
 
   /** One page of the companies (platform operators), in the order of their ids. */
   listCompaniesPage(options?: PageOptions): Promise<Page<CompanyOut>> {
-    return this.#page("/v1/companies", {}, options);
+    return this.#page(route("GET /v1/companies"), {}, options);
   }
 
   /** Every company, fetched a page at a time. */
@@ -390,33 +545,37 @@ export class ContextMemoryClient {
 
   /** Register a company (platform operators); registered already: its record. */
   createCompany(company: CompanyIn, options?: CallOptions): Promise<CompanyOut> {
-    return this.#json({ method: "POST", path: "/v1/companies", body: company, retryable: true }, options);
+    return this.#json({ ...route("POST /v1/companies"), body: company, retryable: true }, options);
   }
 
   getCompany(companyId: string, options?: CallOptions): Promise<CompanyOut> {
-    const path = `/v1/companies/${seg(companyId)}`;
-    return this.#json({ method: "GET", path, retryable: true }, options);
+    const to = route("GET /v1/companies/{company_id}", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   /** Erase everything the company holds (platform operators); sent again, the same receipt. */
   offboardCompany(companyId: string, options?: CallOptions): Promise<OffboardingOut> {
-    const path = `/v1/companies/${seg(companyId)}`;
-    return this.#json({ method: "DELETE", path, retryable: true }, options);
+    const to = route("DELETE /v1/companies/{company_id}", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   getOffboarding(companyId: string, options?: CallOptions): Promise<OffboardingOut> {
-    const path = `/v1/companies/${seg(companyId)}/offboarding`;
-    return this.#json({ method: "GET", path, retryable: true }, options);
+    const to = route("GET /v1/companies/{company_id}/offboarding", { company_id: companyId });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   /** Erase a user of the company on request (its operators); the receipt with the counts. */
   eraseCompanyUser(companyId: string, userId: string, options?: CallOptions): Promise<UserErasureOut> {
-    const path = `/v1/companies/${seg(companyId)}/users/${seg(userId)}`;
-    return this.#json({ method: "DELETE", path, retryable: true }, options);
+    const to = route("DELETE /v1/companies/{company_id}/users/{user_id}", {
+      company_id: companyId,
+      user_id: userId,
+    });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   listCompanySpacesPage(companyId: string, options?: PageOptions): Promise<Page<SpaceSettingsOut>> {
-    return this.#page(`/v1/companies/${seg(companyId)}/spaces`, {}, options);
+    const to = route("GET /v1/companies/{company_id}/spaces", { company_id: companyId });
+    return this.#page(to, {}, options);
   }
 
   listCompanySpaces(companyId: string, options?: IterOptions): AsyncGenerator<SpaceSettingsOut> {
@@ -424,8 +583,11 @@ export class ContextMemoryClient {
   }
 
   getCompanySpace(companyId: string, spaceId: string, options?: CallOptions): Promise<SpaceSettingsOut> {
-    const path = `/v1/companies/${seg(companyId)}/spaces/${seg(spaceId)}/settings`;
-    return this.#json({ method: "GET", path, retryable: true }, options);
+    const to = route("GET /v1/companies/{company_id}/spaces/{space_id}/settings", {
+      company_id: companyId,
+      space_id: spaceId,
+    });
+    return this.#json({ ...to, retryable: true }, options);
   }
 
   setCompanySpace(
@@ -434,18 +596,21 @@ export class ContextMemoryClient {
     patch: SpacePatch,
     options?: CallOptions,
   ): Promise<SpaceSettingsOut> {
-    const path = `/v1/companies/${seg(companyId)}/spaces/${seg(spaceId)}/settings`;
-    return this.#json({ method: "PUT", path, body: patch, retryable: true }, options);
+    const to = route("PUT /v1/companies/{company_id}/spaces/{space_id}/settings", {
+      company_id: companyId,
+      space_id: spaceId,
+    });
+    return this.#json({ ...to, body: patch, retryable: true }, options);
   }
 
   // --- operations -------------------------------------------------------------------------------
 
   health(options?: CallOptions): Promise<Health> {
-    return this.#json({ method: "GET", path: "/healthz", retryable: true }, options);
+    return this.#json({ ...route("GET /healthz"), retryable: true }, options);
   }
 
   ready(options?: CallOptions): Promise<Readiness> {
-    return this.#json({ method: "GET", path: "/readyz", retryable: true }, options);
+    return this.#json({ ...route("GET /readyz"), retryable: true }, options);
   }
 
   // --- sending ----------------------------------------------------------------------------------
@@ -458,9 +623,9 @@ export class ContextMemoryClient {
     await this.#send(call, options);
   }
 
-  #page<T>(path: string, query: Query, options: PageOptions | undefined): Promise<Page<T>> {
+  #page<T>(to: Routed, query: Query, options: PageOptions | undefined): Promise<Page<T>> {
     const paged = { ...query, limit: options?.limit, cursor: options?.cursor };
-    return this.#json({ method: "GET", path, query: paged, retryable: true }, options);
+    return this.#json({ ...to, query: paged, retryable: true }, options);
   }
 
   async *#paginate<T>(page: (cursor: string | undefined) => Promise<Page<T>>): AsyncGenerator<T> {
@@ -525,7 +690,7 @@ export class ContextMemoryClient {
     if (call.body !== undefined) headers["Content-Type"] = "application/json";
     const token = await this.#token?.();
     if (token) headers["Authorization"] = `Bearer ${token}`;
-    const body = call.body === undefined ? null : JSON.stringify(call.body);
+    const body = call.raw ?? (call.body === undefined ? null : JSON.stringify(call.body));
     return { method: call.method, headers, body, signal };
   }
 
@@ -547,6 +712,24 @@ export function etag(version: number): string {
 function conditionHeaders(version: number | null): Record<string, string> {
   return version === null ? { "If-None-Match": "*" } : { "If-Match": etag(version) };
 }
+
+/**
+ * The method and path of `to` with each `{name}` replaced by `params[name]`, percent-encoded.
+ * Every method of the client builds its request with it, so the route each one calls is
+ * written once, in the contract's own words (tests/client/test_operation_coverage.py reads
+ * them).
+ */
+function route(to: Route, params: Record<string, string | number> = {}): Routed {
+  const space = to.indexOf(" ");
+  const path = to.slice(space + 1).replace(/\{([^}]+)\}/g, (_, name: string) => {
+    const value = params[name];
+    if (value === undefined) throw new TypeError(`${to}: no value for {${name}}`);
+    return seg(value);
+  });
+  return { method: to.slice(0, space) as Routed["method"], path };
+}
+
+const NDJSON = "application/x-ndjson";
 
 function seg(value: string | number): string {
   return encodeURIComponent(String(value));

@@ -10,6 +10,7 @@ export {
   type ClientOptions,
   type IterOptions,
   type PageOptions,
+  type Route,
 } from "./client.js";
 export {
   BadRequest,

@@ -38,6 +38,20 @@ export type JobView = Schemas["JobView"];
 export type SpacePatch = Schemas["SpacePatch"];
 export type SpaceSettingsOut = Schemas["SpaceSettingsOut"];
 export type FeatureFlagOut = Schemas["FeatureFlagOut"];
+export type FeatureFlagsOut = Schemas["FeatureFlagsOut"];
+export type FolderOut = Schemas["FolderOut"];
+export type MemoryPolicyIn = Schemas["MemoryPolicyIn"];
+export type MemoryPolicyOut = Schemas["MemoryPolicyOut"];
+/** A company audit event (`listAuditEvents`). */
+export type AuditEventOut = Schemas["app__enablement__schemas__AuditEventOut"];
+export type JobStatus = Schemas["JobSummary"]["status"];
+export type JobSummary = Schemas["JobSummary"];
+export type RateLimitsIn = Schemas["RateLimitsIn"];
+export type RateLimitsOut = Schemas["RateLimitsOut"];
+export type UsageReportOut = Schemas["UsageReportOut"];
+export type ModelBudgetIn = Schemas["ModelBudgetIn"];
+export type ModelBudgetOut = Schemas["ModelBudgetOut"];
+export type CompanyImportOut = Schemas["CompanyImportOut"];
 export type Health = Schemas["Health"];
 export type Readiness = Schemas["Readiness"];
 
