@@ -15,6 +15,7 @@ from context_memory_client import (
     UNLIMITED,
     AsyncMemoryClient,
     ClassOverrideIn,
+    CompanyIn,
     Conflict,
     Forbidden,
     LimitBody,
@@ -48,6 +49,7 @@ async def test_rate_limits_are_read_replaced_and_put_back_to_the_defaults(
 ) -> None:
     company = fresh_company()
     async with operator_of(app, make_token) as operator:
+        await operator.create_company(CompanyIn(company))  # operator writes need it
         before = await operator.get_rate_limits(company)
         assert before.default
         assert before.company_id == company
@@ -85,6 +87,7 @@ async def test_a_rate_limit_out_of_range_is_unprocessable_naming_its_field(
 ) -> None:
     company = fresh_company()
     async with operator_of(app, make_token) as operator:
+        await operator.create_company(CompanyIn(company))  # operator writes need it
         with pytest.raises(Unprocessable) as refused:
             await operator.set_rate_limits(company, limits)
         assert refused.value.request_id
@@ -135,6 +138,7 @@ async def test_the_model_budget_is_read_and_replaced(
 ) -> None:
     company = fresh_company()
     async with operator_of(app, make_token) as operator:
+        await operator.create_company(CompanyIn(company))  # operator writes need it
         before = await operator.get_model_budget(company)
         assert before.default
         assert before.monthly_tokens is None
@@ -209,6 +213,7 @@ def test_a_company_is_exported_and_imported_over_http(
 ) -> None:
     source, target = fresh_company(), fresh_company()
     with MemoryClient(served_url, make_token("olga", "platform", OPERATOR)) as operator:
+        operator.create_company(CompanyIn(source))  # operator writes need it
         operator.set_feature_flag(source, FLAG_CONTEXT_MEMORY, enabled=True)
         exported = operator.export_company(source)
         lines = [json.loads(line) for line in exported.splitlines()]

@@ -53,6 +53,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
   test("feature flags, the memory policy and the audit trail they leave", async () => {
     const company = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: company }); // operator writes need it
     await client.setFeatureFlag(company, FLAG_CONTEXT_MEMORY, true);
     const flags = await client.listFeatureFlags(company);
     assert.equal(flags.company_id, company);
@@ -79,6 +80,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
   test("a policy the service refuses is Unprocessable naming the field, and nothing changes", async () => {
     const company = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: company }); // operator writes need it
     await assert.rejects(
       client.setMemoryPolicy(company, { ...POLICY, recent_topics_days: -3 }),
       (error: unknown) =>
@@ -136,6 +138,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
   test("rate limits are replaced, read back, and refused out of range", async () => {
     const company = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: company }); // operator writes need it
     const before = await client.getRateLimits(company);
     assert.equal(before.default, true);
     const saved = await client.setRateLimits(company, {
@@ -158,6 +161,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
   test("the usage report has every day of its range, and refuses a range backwards", async () => {
     const company = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: company }); // operator writes need it
     const range = lastDays(2);
     const report = await client.getUsage(company, range);
     assert.equal(report.company_id, company);
@@ -171,6 +175,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
   test("the model budget is replaced and read back; a user may not", async () => {
     const company = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: company }); // operator writes need it
     assert.equal((await client.getModelBudget(company)).monthly_tokens, null);
     const saved = await client.setModelBudget(company, { monthly_tokens: 5_000_000, when_spent: "offline" });
     assert.equal(saved.monthly_tokens, 5_000_000);
@@ -189,6 +194,7 @@ describe("the operator's calls against the service", { skip: NO_SERVICE }, () =>
     const source = freshCompany();
     const target = freshCompany();
     const client = operator();
+    await client.createCompany({ company_id: source }); // operator writes need it
     await client.setFeatureFlag(source, FLAG_CONTEXT_MEMORY, true);
     const lines = (await client.exportCompany(source))
       .split("\n")
