@@ -27,6 +27,7 @@ from tests.helpers.db import database_of
 from tests.helpers.settings import memory_policy_body, register_company
 from tests.helpers.sweep import every_count as scalar
 from tests.helpers.sweep import every_row as rows
+from tests.helpers.sweep import schema_columns
 from tests.helpers.worker import make_handler, make_worker
 
 PLATFORM: Final = ("olga", "platform", OPERATOR)
@@ -56,19 +57,7 @@ class Table:
 
 
 async def discover(app: FastAPI) -> list[Table]:
-    found = await rows(
-        app,
-        "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c"
-        " JOIN information_schema.tables t"
-        "   ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
-        " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
-        "   AND c.table_name <> 'alembic_version'"
-        " ORDER BY c.table_name, c.ordinal_position",
-    )
-    tables: dict[str, list[tuple[str, str]]] = {}
-    for row in found:
-        tables.setdefault(row.table_name, []).append((row.column_name, row.data_type))
-    return [Table(name, tuple(columns)) for name, columns in tables.items()]
+    return [Table(name, columns) for name, columns in (await schema_columns(app)).items()]
 
 
 async def rows_of(app: FastAPI, table: Table, company: str) -> int:

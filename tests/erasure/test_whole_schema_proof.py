@@ -24,7 +24,7 @@ from app.quotas.maintenance import quota_check_step
 from tests.helpers.apps import OPERATOR, SPACE_ADMIN, AuthFactory
 from tests.helpers.db import database_of, rows, scalar
 from tests.helpers.settings import memory_policy_body, patch_user_settings
-from tests.helpers.sweep import every_count
+from tests.helpers.sweep import every_count, schema_columns
 from tests.helpers.worker import make_handler, make_worker
 
 COMPANY: Final = "acme"
@@ -132,19 +132,7 @@ class Table:
 
 
 async def discover(app: FastAPI) -> list[Table]:
-    found = await rows(
-        app,
-        "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c"
-        " JOIN information_schema.tables t"
-        "   ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
-        " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
-        "   AND c.table_name <> 'alembic_version'"
-        " ORDER BY c.table_name, c.ordinal_position",
-    )
-    tables: dict[str, list[tuple[str, str]]] = {}
-    for row in found:
-        tables.setdefault(row.table_name, []).append((row.column_name, row.data_type))
-    return [Table(name, tuple(columns)) for name, columns in tables.items()]
+    return [Table(name, columns) for name, columns in (await schema_columns(app)).items()]
 
 
 async def count(app: FastAPI, table: Table, where: str) -> int:
