@@ -337,32 +337,14 @@
     announce("The token in the link was not used: an open page does not switch accounts from a link.");
   }
 
-  async function startSignIn() {
-    clearMessages();
-    let url;
-    try {
-      url = await signIn.authorizationUrl();
-    } catch (error) {
-      showSignInProblem(error);
-      return;
-    }
-    announce("Taking you to your company's sign-in page…");
-    location.assign(url);
-  }
-
-  async function completeSignIn(returned) {
-    announce("Signing you in…");
-    let accessToken;
-    try {
-      accessToken = await signIn.redeem(returned);
-    } catch (error) {
-      announce("");
-      showSignInProblem(error);
-      return;
-    }
-    const what = "You signed in, but this service did not accept your sign-in.";
-    await useToken(accessToken, { viaProvider: true, what }); // focuses the first page's heading
-  }
+  const signInFlow = ContextMemorySignIn.flow(signIn, {
+    announce,
+    clearMessages,
+    showProblem: (error) => showSignInProblem(error),
+    useToken: (token, options) => useToken(token, options), // focuses the first page's heading
+  });
+  const startSignIn = signInFlow.start;
+  const completeSignIn = signInFlow.complete;
 
   function signOut() {
     const url = signIn.endSessionUrl();

@@ -349,32 +349,16 @@
     showAlert([el("p", { class: "alert-title" }, error.title), el("p", {}, error.detail)]);
   }
 
-  async function startSignIn() {
-    clearMessages();
-    let url;
-    try {
-      url = await signIn.authorizationUrl();
-    } catch (error) {
-      showSignInProblem(error);
-      return;
-    }
-    announce("Taking you to your company's sign-in page…");
-    location.assign(url);
-  }
+  const signInFlow = ContextMemorySignIn.flow(signIn, {
+    announce,
+    clearMessages,
+    showProblem: (error) => showSignInProblem(error),
+    useToken: (token, options) => useToken(token, options),
+  });
+  const startSignIn = signInFlow.start;
 
   async function completeSignIn(returned) {
-    announce("Signing you in…");
-    let accessToken;
-    try {
-      accessToken = await signIn.redeem(returned);
-    } catch (error) {
-      announce("");
-      showSignInProblem(error);
-      return;
-    }
-    const what = "You signed in, but this service did not accept your sign-in.";
-    const ok = await useToken(accessToken, { viaProvider: true, what });
-    if (ok) $("main").focus();
+    if (await signInFlow.complete(returned)) $("main").focus();
   }
 
   // Forgets the token; then, when the provider offers it, ends the session there too, which

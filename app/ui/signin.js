@@ -272,5 +272,40 @@ const ContextMemorySignIn = (() => {
     return Object.assign(signIn, { loadConfig, authorizationUrl, takeAnswer, redeem, endSessionUrl });
   }
 
-  return { SignInError, create, tokenFromFragment };
+  // A page's two steps of the sign-in, the same on every page: `start` sends the browser to the
+  // company's sign-in page; `complete` redeems the answer it came back with and hands the access
+  // token to the page's `useToken`, whose result it returns (false: not signed in). The page
+  // says how it speaks: `announce`, `clearMessages`, `showProblem`.
+  function flow(signIn, { announce, clearMessages, showProblem, useToken }) {
+    async function start() {
+      clearMessages();
+      let url;
+      try {
+        url = await signIn.authorizationUrl();
+      } catch (error) {
+        showProblem(error);
+        return;
+      }
+      announce("Taking you to your company's sign-in page…");
+      location.assign(url);
+    }
+
+    async function complete(returned) {
+      announce("Signing you in…");
+      let accessToken;
+      try {
+        accessToken = await signIn.redeem(returned);
+      } catch (error) {
+        announce("");
+        showProblem(error);
+        return false;
+      }
+      const what = "You signed in, but this service did not accept your sign-in.";
+      return useToken(accessToken, { viaProvider: true, what });
+    }
+
+    return { start, complete };
+  }
+
+  return { SignInError, create, flow, tokenFromFragment };
 })();
