@@ -325,7 +325,12 @@ def test_a_token_from_a_link_is_used_only_when_the_page_opens_without_sign_in(pa
     callers = sorted(
         name for name, text in functions.items() if name != "useToken" and "useToken(" in text
     )
-    assert callers == ["completeSignIn", "start", "tokenFromOpeningLink"]
+    assert callers == ["start", "tokenFromOpeningLink"]
+    # ... a finished sign-in through the shared flow, the one place of the shared script that
+    # calls it, handed the page's `useToken` once
+    assert source.count("useToken: (token, options) => useToken(token, options)") == 1
+    shared_callers = [name for name, text in _functions(shared, 4).items() if "useToken(" in text]
+    assert shared_callers == ["complete"]
     assert functions["start"].count("useToken(") == 1
     assert "useToken(token)" in start
     # the fragment's only readers: the opening and a change, each of which removes it at once
