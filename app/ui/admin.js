@@ -1,10 +1,11 @@
 // The admin console: a company's spaces and settings through the public /v1 admin routes.
 //
 // Who sees what follows the token's roles, as GET /v1/me names them, and what the service
-// answers: a space admin gets their company's spaces; an operator gets the company pages too
-// (flags, spaces, memory policy, rate limits, model budget, usage, jobs, audit log, erasure);
-// an operator the company list answers (a platform operator) gets the list of companies, any
-// company's pages and offboarding. The service decides every permission again: the console
+// answers: a space admin gets their company's spaces; a company operator (`company_operator`)
+// gets their own company's spaces, through the company routes, and its erasure requests; an
+// operator gets the company pages too (flags, spaces, memory policy, rate limits, model budget,
+// usage, jobs, audit log, erasure); an operator the company list answers (a platform operator)
+// gets the list of companies, any company's pages and offboarding. The service decides every permission again: the console
 // only leaves out what the caller could not use.
 //
 // The token is handled as on the memory page (signin.js, shared by both): it lives in
@@ -40,7 +41,7 @@
     { id: "usage", label: "Usage", who: "operator" },
     { id: "jobs", label: "Jobs", who: "operator" },
     { id: "audit", label: "Audit log", who: "operator" },
-    { id: "erasure", label: "Erasure requests", who: "operator" },
+    { id: "erasure", label: "Erasure requests", who: "company" },
   ];
   const POLICY_CATEGORIES = {
     secrets: "Secrets (passwords, keys, tokens)",
@@ -367,6 +368,10 @@
     return roles().has("operator");
   }
 
+  function isCompanyOperator() {
+    return roles().has("company_operator");
+  }
+
   function isSpaceAdmin() {
     return roles().has("space_admin");
   }
@@ -374,7 +379,14 @@
   function allowed(page) {
     if (page.who === "platform") return state.platform;
     if (page.who === "operator") return isOperator();
-    return isOperator() || isSpaceAdmin();
+    if (page.who === "company") return isOperator() || isCompanyOperator();
+    return isOperator() || isCompanyOperator() || isSpaceAdmin();
+  }
+
+  // the page a company opens on: the first the caller may use, spaces as the last resort
+  function firstPage(wanted) {
+    const page = PAGES.find((p) => p.id === wanted);
+    return page && allowed(page) ? wanted : "spaces";
   }
 
   async function openConsole() {
@@ -388,7 +400,11 @@
         if (!(error instanceof ApiError) || ![403, 404].includes(error.status)) throw error;
       }
     }
-    const names = [state.platform ? "platform operator" : isOperator() ? "operator" : "", isSpaceAdmin() ? "space admin" : ""].filter(Boolean);
+    const names = [
+      state.platform ? "platform operator" : isOperator() ? "operator" : "",
+      isCompanyOperator() && !isOperator() ? "company operator" : "",
+      isSpaceAdmin() ? "space admin" : "",
+    ].filter(Boolean);
     $("roles").textContent = names.length ? `· ${names.join(", ")}` : "";
     $("console").hidden = false;
     const any = PAGES.some(allowed);
@@ -421,7 +437,7 @@
     $("company-name").textContent = companyId;
     $("company-bar").hidden = false;
     $("back-to-companies").hidden = !state.platform;
-    await showPage(isOperator() ? page : "spaces");
+    await showPage(firstPage(page));
   }
 
   const LOADERS = {
@@ -1022,12 +1038,20 @@
     $("audit-empty").hidden = $("audit").children.length > 0;
   }
 
-  // The receipts: the audit log's `user.erased` events (counts only), newest first.
+  // The receipts: the audit log's `user.erased` events (counts only), newest first. The audit
+  // log is an operator's: a company operator sees the receipt of each erasure they request,
+  // announced when it is done, and is told where the earlier ones are.
   async function loadErasures() {
     const present = hasRoute(ROUTES.eraseUser);
     $("erasure-form").hidden = !present;
     $("erasure-absent").hidden = present;
     $("erasure-absent").textContent = NEEDS_COMPANY_ROUTES;
+    $("erasures-elsewhere").hidden = isOperator();
+    $("erasures-empty").hidden = !isOperator();
+    if (!isOperator()) {
+      $("erasures").replaceChildren();
+      return;
+    }
     const found = [];
     let cursor = null;
     for (let pages = 0; pages < 5; pages += 1) {

@@ -5,9 +5,12 @@ of its three kinds of caller, each driving its pages' main actions through the p
 - a space admin opens a space, turns Context memory off and on, turns web search on and sees the
   switch disabled with the seed's tooltip (and a click that changes nothing), and saves the
   consolidation settings, a Max Tokens outside 500..8000 refused before any request;
-- a company operator changes a feature flag and a rate limit, reads the usage chart (tokens and
+- an operator changes a feature flag and a rate limit, reads the usage chart (tokens and
   cost per day, by model, drawn as SVG), retries a dead job and finds both changes in the audit
   log;
+- a company operator (`company_operator`) gets their company's spaces and erasure requests and
+  nothing of a platform operator's: switches a space's context memory through the company
+  routes (audited under their name) and erases a user after typing the user's id;
 - a platform operator lists the companies and offboards one after typing its id (skipped, with
   the reason, while the service has no company routes: it runs once they exist).
 
@@ -18,6 +21,7 @@ error or Content-Security-Policy violation. Screenshots go to `var/artifacts/bro
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,8 +45,10 @@ SCOPE = "openid memory"
 SPACE_ADMIN = "sam"
 OPERATOR = "olga"
 PLATFORM_OPERATOR = "pat"
+COMPANY_OPERATOR = "cora"
 ACCOUNTS = {
     SPACE_ADMIN: {"roles": ["space_admin"]},
+    COMPANY_OPERATOR: {"roles": ["company_operator"]},
     OPERATOR: {"roles": ["operator"]},
     PLATFORM_OPERATOR: {"roles": ["operator"]},
 }
@@ -382,6 +388,77 @@ async def test_an_operator_changes_a_flag_and_a_rate_limit_and_reads_the_usage_c
         await assert_accessible(page, name)
         await shot(name.lower().replace(" ", "-"))
     await assert_fits(page, shot, "erasure")
+
+
+@pytest.mark.usefixtures("provider_pages")
+async def test_a_company_operator_switches_a_space_and_erases_a_user_of_their_company(
+    web: BrowserPage, base_url: str, provider: IdentityProvider, api: httpx.AsyncClient
+) -> None:
+    if not await company_routes_present(api):
+        pytest.skip("needs the company routes")
+    page, shot = web.page, web.shot
+    space = "space-console-company"
+    settings_route = f"/v1/companies/{COMPANY}/spaces/{space}/settings"
+    company_operator = await bearer(provider, COMPANY_OPERATOR)
+    platform = await bearer(provider, PLATFORM_OPERATOR)
+    flag = await api.put(
+        f"/v1/companies/{COMPANY}/feature-flags/{MEMORY_FLAG}",
+        json={"enabled": True},
+        headers=platform,
+    )
+    assert flag.status_code == 200, flag.text
+    # what the console leaves out, the service refuses: no feature flags for this role
+    refused = await api.get(f"/v1/companies/{COMPANY}/feature-flags", headers=company_operator)
+    assert refused.status_code == 403, refused.text
+
+    await sign_in(page, base_url, provider, COMPANY_OPERATOR, shot)
+    await expect(page.locator("#roles")).to_have_text("· company operator")
+    nav = page.get_by_role("navigation", name="Console pages")
+    await expect(nav.get_by_role("button")).to_have_text(["Spaces", "Erasure requests"])
+    await expect(page.locator("#company-name")).to_have_text(COMPANY)
+    await expect(page.locator("#back-to-companies")).to_be_hidden()
+    await expect(page.get_by_role("heading", name="Spaces", level=2)).to_be_focused()
+    await assert_accessible(page, "company operator's spaces")
+
+    # a space of the company, through the company routes
+    await page.get_by_label("Open a space by its id").fill(space)
+    await page.get_by_role("button", name="Open space").click()
+    await expect(page.get_by_role("heading", name=f"Space {space}")).to_be_focused()
+    memory = page.get_by_role("switch", name="Context memory")
+    await expect(memory).to_have_attribute("aria-checked", "true")
+    await memory.click()
+    await expect(memory).to_have_attribute("aria-checked", "false")
+    stored = await api.get(settings_route, headers=company_operator)
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["context_memory"] is False
+    assert stored.json()["updated_by"] == COMPANY_OPERATOR
+    audit = await api.get(f"/v1/companies/{COMPANY}/audit-events", headers=platform)
+    assert audit.status_code == 200, audit.text
+    assert any(
+        event["actor_id"] == COMPANY_OPERATOR and space in json.dumps(event)
+        for event in audit.json()["items"]
+    ), audit.json()["items"][:3]
+    await shot("company-operator-space")
+    await assert_accessible(page, "company operator's space")
+    await assert_fits(page, shot, "company-operator-space")
+
+    # an erasure request: confirmed by typing the user's id; its receipt announced
+    await open_page(page, "Erasure requests")
+    await expect(page.locator("#erasures-elsewhere")).to_be_visible()
+    await expect(page.locator("#erasures-empty")).to_be_hidden()
+    await page.get_by_label("Erase everything the service holds about a user (user id)").fill(
+        "road-runner"
+    )
+    await page.get_by_role("button", name="Erase user…").click()
+    dialog = page.get_by_role("dialog")
+    erase = dialog.get_by_role("button", name="Erase user")
+    await expect(erase).to_be_disabled()
+    await dialog.get_by_label("Type the user id (road-runner) to confirm").fill("road-runner")
+    await erase.click()
+    await expect(page.get_by_role("status")).to_contain_text("road-runner was erased.")
+    await shot("company-operator-erasure")
+    await assert_accessible(page, "company operator's erasure requests")
+    await assert_fits(page, shot, "company-operator-erasure")
 
 
 async def company_routes_present(api: httpx.AsyncClient) -> bool:

@@ -396,7 +396,8 @@ async def assert_each_ack_saved_once(conn: asyncpg.Connection, load: TurnLoad) -
     for row in saved:
         key = row["content"].removeprefix("I know tool ")
         turns_by_key.setdefault(key, []).append(row["turn_id"])
-    assert turns_by_key == {key: [ack.turn_id] for key, ack in acks.items()}
+    expected = {key: [ack.turn_id] for key, ack in acks.items()}
+    assert turns_by_key == expected, differences(turns_by_key, expected)
     jobs = await conn.fetch(
         "SELECT j.id::text AS job_id, t.turn_id FROM jobs j, LATERAL ("
         "  SELECT j.payload->>'turn_id' AS turn_id"
@@ -409,6 +410,20 @@ async def assert_each_ack_saved_once(conn: asyncpg.Connection, load: TurnLoad) -
     )
     assert sorted((row["job_id"], row["turn_id"]) for row in jobs) == sorted(
         (ack.job_id, ack.turn_id) for ack in acks.values()
+    )
+
+
+def differences(saved: dict[str, list[str]], acked: dict[str, list[str]]) -> str:
+    """What tells `saved` (turn ids per key, as stored) from `acked` (as answered): the keys
+    acknowledged and not stored, stored and never acknowledged, and stored otherwise."""
+    lost = sorted(acked.keys() - saved.keys())
+    unacked = sorted(saved.keys() - acked.keys())
+    both = sorted(saved.keys() & acked.keys())
+    other = {k: (saved[k], acked[k]) for k in both if saved[k] != acked[k]}
+    return (
+        f"{len(lost)} acknowledged and not stored: {lost[:10]};"
+        f" {len(unacked)} stored, never acknowledged: {unacked[:10]};"
+        f" {len(other)} stored otherwise (stored, acknowledged): {list(other.items())[:10]}"
     )
 
 
