@@ -29,11 +29,13 @@ from typing import Any
 import httpx
 import orjson
 from fastapi import FastAPI
+from sqlalchemy import text
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.portability.format import MEDIA_TYPE
 from tests.helpers.apps import SPACE, AuthFactory
 from tests.helpers.bad_tokens import CASES
+from tests.helpers.db import sessions
 from tests.helpers.portability import stream_of
 from tests.helpers.settings import memory_policy_body
 from tests.helpers.snapshots import changed_tables, database_digest, user_digest
@@ -109,6 +111,21 @@ async def _no_body(_: Context) -> Call:
 
 async def _page(_: Context) -> Call:
     return Call(params={"limit": "2"})  # small pages, so cursors appear
+
+
+async def _dead_again(ctx: Context) -> Call:
+    """Before a caller who may retry the owner's dead job does: the job dead again, as seeded
+    (a caller before them retried it), so that each of them retries a dead job."""
+    if operates_owners_company(ctx.caller):
+        async with sessions(ctx.app)() as session, session.begin():
+            await session.execute(
+                text(
+                    "UPDATE jobs SET status = 'dead', attempts = max_attempts"
+                    " WHERE company_id = :c AND id = CAST(:id AS uuid)"
+                ),
+                {"c": OWNER.company, "id": ctx.world.owner_dead_job},
+            )
+    return Call()
 
 
 async def _context(ctx: Context) -> Call:
@@ -278,6 +295,7 @@ PROBES: dict[Route, Probe] = {
     ("GET", "/v1/me/memory/policy-actions"): Probe(_page, _statuses(200, 404)),
     ("POST", "/v1/me/memory/consolidations"): Probe(_consolidation, _statuses(202, 409)),
     ("GET", "/v1/companies/{company_id}/jobs"): Probe(_page),
+    ("POST", "/v1/companies/{company_id}/jobs/{job_id}/retry"): Probe(_dead_again),
     ("POST", "/mcp"): Probe(_mcp_read_memory, _statuses(200)),
     ("POST", "/v1/companies"): Probe(_company),
     ("GET", "/v1/companies"): Probe(_page),
@@ -402,7 +420,9 @@ def _leaks(
         return problems
     if caller != OWNER:
         secrets = {f"the owner's turn id {turn}": turn for turn in world.owner_turn_ids}
-        operator_view = policy == "operator" and caller is not None and "operator" in caller.roles
+        operator_view = policy in {"operator", "company_operator"} and operates_owners_company(
+            caller
+        )
         if not operator_view:
             secrets |= {
                 "the owner's queued job id": world.owner_queued_job,
@@ -410,6 +430,16 @@ def _leaks(
             }
         problems += [f"shows {name}" for name in found_in(response, secrets)]
     return problems
+
+
+def operates_owners_company(caller: Caller | None) -> bool:
+    """A platform operator, or an operator of the owner's own company: the callers whose view
+    of her company's jobs names her jobs, and who may send her dead job back."""
+    if caller is None:
+        return False
+    return "operator" in caller.roles or (
+        "company_operator" in caller.roles and caller.company == OWNER.company
+    )
 
 
 def _shows_the_company(target: Target, caller: Caller | None) -> bool:
@@ -473,10 +503,13 @@ def _judge_role_route(
         wanted = 409 if retrying_queued else OPERATOR_STATUS.get(target.route, 200)
         return [] if status == wanted else [f"operator got {status}, not {wanted}"]
     if policy == "company_operator":
+        retrying_queued = target.route[1].endswith("/retry") and "queued job" in target.variant
         if "operator" in roles:
-            wanted = OPERATOR_STATUS.get(target.route, 200)
+            wanted = 409 if retrying_queued else OPERATOR_STATUS.get(target.route, 200)
+        elif "company_operator" in roles and caller.company == OWNER.company:
+            wanted = 409 if retrying_queued else 200
         elif "company_operator" in roles:
-            wanted = 200 if caller.company == OWNER.company else 404
+            wanted = 404
         else:
             wanted = 403
         return [] if status == wanted else [f"status {status}, not {wanted}"]
@@ -586,7 +619,7 @@ class Matrix:
             self.record(target, caller.label, judge(target, caller, response, self.world))
         for other in others:
             changed = changed_tables(before[other.key], await user_digest(self.app, *other.key))
-            if "operator" in caller.roles:  # an operator may send the owner's dead job back
+            if operates_owners_company(caller):  # may send the owner's dead job back
                 changed = [table for table in changed if not table.startswith("jobs ")]
             if changed:
                 self.violations.append(f"{caller.label} changed {other.label}'s rows: {changed}")

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies import repository
 from app.companies.repository import CompanyRecord
-from app.kit.auth import Principal, require_role
+from app.kit.auth import CompanyOperatorDep, Principal
 from app.kit.db import SessionDep
 from app.kit.errors import NotFound
 from app.kit.schemas import CompanyIdPath
@@ -66,13 +66,8 @@ async def known_company(session: AsyncSession, actor: Principal, company_id: str
     return found
 
 
-_operator = require_role("operator")
-
-
 async def _registered_company(
-    company_id: CompanyIdPath,
-    operator: Annotated[Principal, Depends(_operator)],
-    session: SessionDep,
+    company_id: CompanyIdPath, operator: CompanyOperatorDep, session: SessionDep
 ) -> str:
     await known_company(session, operator, company_id)
     return company_id

@@ -20,7 +20,7 @@ from app.enablement.router import SPACE_EXAMPLES, SpaceIdPath
 from app.enablement.schemas import SpacePatch, SpaceSettingsOut
 from app.erasure.schemas import AnonymisedOut, DeletedOut
 from app.kit.api_tags import OPERATOR
-from app.kit.auth import Principal, PrincipalDep, require_company_operator, require_role, role_check
+from app.kit.auth import CompanyOperatorDep, PlatformOperatorDep
 from app.kit.config import ModelPrice, Settings
 from app.kit.db import SessionDep, database
 from app.kit.pagination import Page, PageDep
@@ -28,7 +28,6 @@ from app.kit.schemas import CompanyIdPath
 
 router = APIRouter()  # full paths, no prefix: metrics label by template
 
-PlatformOperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 Responses = dict[int | str, dict[str, Any]]
 _UNKNOWN: Final[Responses] = {
     404: {"description": "No such company (a platform operator is told how to register it)"}
@@ -50,15 +49,6 @@ COMPANY_EXAMPLES: Final[dict[str, Any]] = {
         "value": {"company_id": "initech", "display_name": "Initech"},
     },
 }
-
-
-@role_check
-async def _company_operator(company_id: CompanyIdPath, principal: PrincipalDep) -> Principal:
-    require_company_operator(principal, company_id)
-    return principal
-
-
-CompanyOperatorDep = Annotated[Principal, Depends(_company_operator)]
 
 
 async def _operated_company(

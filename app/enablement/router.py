@@ -24,14 +24,13 @@ from app.enablement.schemas import (
     SpaceSettingsOut,
 )
 from app.kit.api_tags import OPERATOR, SPACE_ADMIN, USER
-from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.auth import CompanyOperatorDep, Principal, PrincipalDep, require_role
 from app.kit.db import SessionDep
 from app.kit.pagination import Page, PageDep
 from app.kit.schemas import IDENTIFIER_PATTERN, CompanyIdPath
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
-OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 SpaceAdminDep = Annotated[Principal, Depends(require_role("space_admin"))]
 
 _SPACE_EXAMPLES: Final = {"space": {"summary": "A space of the company", "value": "space-1"}}
@@ -111,7 +110,7 @@ SPACE_EXAMPLES: Final[dict[str, Any]] = {
     "company, and whether it may run beside web search; a flag never set is off.",
 )
 async def list_feature_flags(
-    company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
+    company_id: CompanyIdPath, _operator: CompanyOperatorDep, session: SessionDep
 ) -> FeatureFlagsOut:
     flags = await service.list_feature_flags(session, company_id)
     return FeatureFlagsOut(
@@ -132,7 +131,7 @@ async def set_feature_flag(
     _registered: RegisteredCompanyDep,
     flag: FlagPath,
     body: Annotated[FeatureFlagIn, Body(openapi_examples=FLAG_EXAMPLES)],
-    operator: OperatorDep,
+    operator: CompanyOperatorDep,
     session: SessionDep,
 ) -> FeatureFlagOut:
     saved = await service.set_feature_flag(session, operator, company_id, flag, body.enabled)
@@ -149,7 +148,7 @@ async def set_feature_flag(
     "live; `default` says the company never changed the defaults.",
 )
 async def get_memory_policy(
-    company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
+    company_id: CompanyIdPath, _operator: CompanyOperatorDep, session: SessionDep
 ) -> MemoryPolicyOut:
     return MemoryPolicyOut.of(await service.read_company_memory_policy(session, company_id))
 
@@ -171,7 +170,7 @@ async def put_memory_policy(
     company_id: CompanyIdPath,
     _registered: RegisteredCompanyDep,
     body: Annotated[MemoryPolicyIn, Body(openapi_examples=MEMORY_POLICY_EXAMPLES)],
-    operator: OperatorDep,
+    operator: CompanyOperatorDep,
     session: SessionDep,
 ) -> MemoryPolicyOut:
     view = await service.set_company_memory_policy(session, operator, company_id, body.to_policy())
@@ -186,7 +185,7 @@ async def put_memory_policy(
     "memory on or off where: flags, space settings, users' switches and erasures.",
 )
 async def list_audit_events(
-    company_id: CompanyIdPath, _operator: OperatorDep, page: PageDep, session: SessionDep
+    company_id: CompanyIdPath, _operator: CompanyOperatorDep, page: PageDep, session: SessionDep
 ) -> Page[AuditEventOut]:
     return AuditEventOut.page(await service.list_audit_events(session, company_id, page))
 

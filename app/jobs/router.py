@@ -12,7 +12,7 @@ from app.jobs import repository as stored_jobs
 from app.jobs.queue import JobStatus
 from app.jobs.schemas import JobSummary, JobView
 from app.kit.api_tags import OPERATOR, USER
-from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.auth import CompanyOperatorDep, PrincipalDep
 from app.kit.db import SessionDep
 from app.kit.errors import NotFound
 from app.kit.pagination import Page, PageDep
@@ -20,7 +20,6 @@ from app.kit.schemas import CompanyIdPath
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
-OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such job"}}
 
 
@@ -65,7 +64,7 @@ async def read_my_job(principal: PrincipalDep, job_id: JobIdDep, session: Sessio
     "`?status=dead` lists the jobs that failed every attempt, to retry them.",
 )
 async def list_company_jobs(
-    _operator: OperatorDep,
+    _operator: CompanyOperatorDep,
     company_id: CompanyIdPath,
     session: SessionDep,
     page: PageDep,
@@ -86,6 +85,6 @@ async def list_company_jobs(
     responses={**_NOT_FOUND, 409: {"description": "The job is not dead"}},
 )
 async def retry_dead_job(
-    _operator: OperatorDep, company_id: CompanyIdPath, job_id: JobIdDep, session: SessionDep
+    _operator: CompanyOperatorDep, company_id: CompanyIdPath, job_id: JobIdDep, session: SessionDep
 ) -> JobSummary:
     return JobSummary.of(await stored_jobs.retry_dead_job(session, company_id, job_id))

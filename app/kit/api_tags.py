@@ -51,8 +51,11 @@ OPENAPI_TAGS: Final[list[dict[str, Any]]] = [
             "receipt), the company feature flags that switch context memory on, the audit trail "
             "of every settings change, the company's job queue with its dead letters and "
             "retries, and the company's data exported (NDJSON) and imported into another "
-            "deployment. A company's own operators (the `company_operator` role) read its "
-            "record, set its spaces and erase its users on request."
+            "deployment. A company's own operators (the `company_operator` role) do all of that "
+            "for their own company (its record, flags, memory policy, rate limits, model "
+            "budget, usage, jobs, audit trail, spaces and users' erasure requests) except "
+            "what concerns every company or moves its data: listing, registering, "
+            "offboarding, export and import."
         ),
     },
     {

@@ -34,6 +34,7 @@ from app.kit.api_tags import USER
 from app.kit.config import IssuerConfig, Settings
 from app.kit.errors import Forbidden, NotFound, Unauthorized
 from app.kit.jwks import JwkDict, KeyStore
+from app.kit.schemas import CompanyIdPath
 
 logger = logging.getLogger(__name__)
 
@@ -571,6 +572,20 @@ def require_company_operator(principal: Principal, company_id: str) -> None:
             raise NotFound("No such company.")
         return
     raise Forbidden("This operation needs the operator or company_operator role.")
+
+
+@role_check
+async def _company_operator(company_id: CompanyIdPath, principal: PrincipalDep) -> Principal:
+    require_company_operator(principal, company_id)
+    return principal
+
+
+CompanyOperatorDep = Annotated[Principal, Depends(_company_operator)]
+"""A company's routes that its own operators use as platform operators do: flags, memory
+policy, rate limits, model budget, usage, jobs, the audit log, spaces and erasure requests."""
+PlatformOperatorDep = Annotated[Principal, Depends(require_role(PLATFORM_ROLE))]
+"""Routes across companies, or that move a company's data (list, register, offboard, export
+and import a company): platform operators only."""
 
 
 # --- who am I ---------------------------------------------------------------------------------

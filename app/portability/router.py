@@ -9,7 +9,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
 from app.kit.api_tags import OPERATOR, USER
-from app.kit.auth import Principal, PrincipalDep, require_role
+from app.kit.auth import PlatformOperatorDep, PrincipalDep
 from app.kit.db import SessionDep, database
 from app.kit.schemas import CompanyIdPath, company_id_path
 from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout, spooled_body
@@ -25,7 +25,6 @@ from app.rate_limits.policy import RouteClass
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 
-OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 REPLAYED_HEADER: Final = "Idempotent-Replayed"
 COMPANY_IMPORT: Final = re.compile(r"/v1/companies/[^/]+/import")
 """The import's path, which has a body limit of its own (`IMPORT_MAX_BYTES`, read as it arrives)."""
@@ -170,7 +169,7 @@ class SnapshotResponse(SpooledResponse):
     responses=_EXPORT_RESPONSE,
 )
 async def export_company(
-    company_id: CompanyIdPath, operator: OperatorDep, session: SessionDep, request: Request
+    company_id: CompanyIdPath, operator: PlatformOperatorDep, session: SessionDep, request: Request
 ) -> SnapshotResponse:
     slot = read_slots(request).take(company_id)  # refused: nothing audited
     try:
@@ -203,7 +202,7 @@ async def export_company(
 )
 async def import_company(
     company_id: ImportedCompany,
-    operator: OperatorDep,
+    operator: PlatformOperatorDep,
     *,
     session: SessionDep,
     request: Request,

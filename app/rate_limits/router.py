@@ -7,8 +7,8 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Request
 
 from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
-from app.enablement.router import OperatorDep
 from app.kit.api_tags import OPERATOR
+from app.kit.auth import CompanyOperatorDep
 from app.kit.db import SessionDep
 from app.kit.schemas import CompanyIdPath
 from app.rate_limits import service
@@ -40,7 +40,7 @@ def _limiter(request: Request) -> RateLimiter:
     "and which of them the company's overrides set.",
 )
 async def get_rate_limits(
-    company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep, request: Request
+    company_id: CompanyIdPath, _operator: CompanyOperatorDep, session: SessionDep, request: Request
 ) -> RateLimitsOut:
     view = await service.read_rate_limits(session, _limiter(request), company_id)
     return RateLimitsOut.of(view)
@@ -60,7 +60,7 @@ async def put_rate_limits(
     company_id: CompanyIdPath,
     _registered: RegisteredCompanyDep,
     body: Annotated[RateLimitsIn, Body(openapi_examples=RATE_LIMITS_EXAMPLES)],
-    operator: OperatorDep,
+    operator: CompanyOperatorDep,
     session: SessionDep,
     request: Request,
 ) -> RateLimitsOut:

@@ -2,10 +2,9 @@
 //
 // Who sees what follows the token's roles, as GET /v1/me names them, and what the service
 // answers: a space admin gets their company's spaces; a company operator (`company_operator`)
-// gets their own company's spaces, through the company routes, and its erasure requests; an
-// operator gets the company pages too (flags, spaces, memory policy, rate limits, model budget,
-// usage, jobs, audit log, erasure); an operator the company list answers (a platform operator)
-// gets the list of companies, any company's pages and offboarding. The service decides every permission again: the console
+// gets their own company's pages (flags, spaces, memory policy, rate limits, model budget,
+// usage, jobs, audit log, erasure requests); an operator the company list answers (a platform
+// operator) gets the list of companies, any company's pages and offboarding. The service decides every permission again: the console
 // only leaves out what the caller could not use.
 //
 // The token is handled as on the memory page (signin.js, shared by both): it lives in
@@ -34,13 +33,13 @@
   const PAGES = [
     { id: "companies", label: "Companies", who: "platform" },
     { id: "spaces", label: "Spaces", who: "any" },
-    { id: "flags", label: "Feature flags", who: "operator" },
-    { id: "policy", label: "Memory policy", who: "operator" },
-    { id: "limits", label: "Rate limits", who: "operator" },
-    { id: "budget", label: "Model budget", who: "operator" },
-    { id: "usage", label: "Usage", who: "operator" },
-    { id: "jobs", label: "Jobs", who: "operator" },
-    { id: "audit", label: "Audit log", who: "operator" },
+    { id: "flags", label: "Feature flags", who: "company" },
+    { id: "policy", label: "Memory policy", who: "company" },
+    { id: "limits", label: "Rate limits", who: "company" },
+    { id: "budget", label: "Model budget", who: "company" },
+    { id: "usage", label: "Usage", who: "company" },
+    { id: "jobs", label: "Jobs", who: "company" },
+    { id: "audit", label: "Audit log", who: "company" },
     { id: "erasure", label: "Erasure requests", who: "company" },
   ];
   const POLICY_CATEGORIES = {
@@ -378,7 +377,6 @@
 
   function allowed(page) {
     if (page.who === "platform") return state.platform;
-    if (page.who === "operator") return isOperator();
     if (page.who === "company") return isOperator() || isCompanyOperator();
     return isOperator() || isCompanyOperator() || isSpaceAdmin();
   }
@@ -415,7 +413,7 @@
       return;
     }
     if (state.platform) await showPage("companies");
-    else await openCompany(state.me.company_id, isOperator() ? "flags" : "spaces");
+    else await openCompany(state.me.company_id, "flags");
   }
 
   function renderNav() {
@@ -1038,20 +1036,12 @@
     $("audit-empty").hidden = $("audit").children.length > 0;
   }
 
-  // The receipts: the audit log's `user.erased` events (counts only), newest first. The audit
-  // log is an operator's: a company operator sees the receipt of each erasure they request,
-  // announced when it is done, and is told where the earlier ones are.
+  // The receipts: the audit log's `user.erased` events (counts only), newest first.
   async function loadErasures() {
     const present = hasRoute(ROUTES.eraseUser);
     $("erasure-form").hidden = !present;
     $("erasure-absent").hidden = present;
     $("erasure-absent").textContent = NEEDS_COMPANY_ROUTES;
-    $("erasures-elsewhere").hidden = isOperator();
-    $("erasures-empty").hidden = !isOperator();
-    if (!isOperator()) {
-      $("erasures").replaceChildren();
-      return;
-    }
     const found = [];
     let cursor = null;
     for (let pages = 0; pages < 5; pages += 1) {

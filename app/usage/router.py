@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 
 from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
-from app.kit.auth import Principal, require_role
+from app.kit.auth import CompanyOperatorDep
 from app.kit.config import ModelPrice, Settings
 from app.kit.db import SessionDep
 from app.kit.schemas import CompanyIdPath
@@ -20,7 +20,6 @@ from app.usage.service import MAX_RANGE_DAYS, ModelBudgetView
 
 router = APIRouter()  # full paths, no prefix: metrics label by template
 
-OperatorDep = Annotated[Principal, Depends(require_role("operator"))]
 _DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 FromQuery = Annotated[
     str,
@@ -81,7 +80,7 @@ async def get_usage(
     company_id: CompanyIdPath,
     first: FromQuery,
     to: ToQuery,
-    _operator: OperatorDep,
+    _operator: CompanyOperatorDep,
     session: SessionDep,
     prices: PricesDep,
 ) -> UsageReportOut:
@@ -113,7 +112,7 @@ def _budget_out(view: ModelBudgetView) -> ModelBudgetOut:
     "`default` says the company never had a budget (unlimited).",
 )
 async def get_model_budget(
-    company_id: CompanyIdPath, _operator: OperatorDep, session: SessionDep
+    company_id: CompanyIdPath, _operator: CompanyOperatorDep, session: SessionDep
 ) -> ModelBudgetOut:
     return _budget_out(await service.read_model_budget(session, company_id))
 
@@ -136,7 +135,7 @@ async def put_model_budget(
     company_id: CompanyIdPath,
     _registered: RegisteredCompanyDep,
     body: Annotated[ModelBudgetIn, Body(openapi_examples=MODEL_BUDGET_EXAMPLES)],
-    operator: OperatorDep,
+    operator: CompanyOperatorDep,
     session: SessionDep,
 ) -> ModelBudgetOut:
     budget = Budget(body.monthly_tokens, body.when_spent)

@@ -8,9 +8,9 @@ of its three kinds of caller, each driving its pages' main actions through the p
 - an operator changes a feature flag and a rate limit, reads the usage chart (tokens and
   cost per day, by model, drawn as SVG), retries a dead job and finds both changes in the audit
   log;
-- a company operator (`company_operator`) gets their company's spaces and erasure requests and
-  nothing of a platform operator's: switches a space's context memory through the company
-  routes (audited under their name) and erases a user after typing the user's id;
+- a company operator (`company_operator`) gets their own company's pages and no company list:
+  changes a feature flag, switches a space's context memory through the company routes, finds
+  both in the audit log under their name, and erases a user after typing the user's id;
 - a platform operator lists the companies and offboards one after typing its id (skipped, with
   the reason, while the service has no company routes: it runs once they exist).
 
@@ -391,7 +391,7 @@ async def test_an_operator_changes_a_flag_and_a_rate_limit_and_reads_the_usage_c
 
 
 @pytest.mark.usefixtures("provider_pages")
-async def test_a_company_operator_switches_a_space_and_erases_a_user_of_their_company(
+async def test_a_company_operator_runs_their_company_and_erases_a_user_of_it(
     web: BrowserPage, base_url: str, provider: IdentityProvider, api: httpx.AsyncClient
 ) -> None:
     if not await company_routes_present(api):
@@ -407,20 +407,51 @@ async def test_a_company_operator_switches_a_space_and_erases_a_user_of_their_co
         headers=platform,
     )
     assert flag.status_code == 200, flag.text
-    # what the console leaves out, the service refuses: no feature flags for this role
-    refused = await api.get(f"/v1/companies/{COMPANY}/feature-flags", headers=company_operator)
+    # what the console leaves out, the service refuses: no company list for this role
+    refused = await api.get("/v1/companies", headers=company_operator)
     assert refused.status_code == 403, refused.text
+    flags_route = f"/v1/companies/{COMPANY}/feature-flags"
+
+    async def web_search_allowed() -> bool:
+        listed = (await api.get(flags_route, headers=company_operator)).json()["flags"]
+        return bool({item["flag"]: item["enabled"] for item in listed}[WEB_SEARCH_FLAG])
 
     await sign_in(page, base_url, provider, COMPANY_OPERATOR, shot)
     await expect(page.locator("#roles")).to_have_text("· company operator")
     nav = page.get_by_role("navigation", name="Console pages")
-    await expect(nav.get_by_role("button")).to_have_text(["Spaces", "Erasure requests"])
+    await expect(nav.get_by_role("button")).to_have_text(
+        [
+            "Spaces",
+            "Feature flags",
+            "Memory policy",
+            "Rate limits",
+            "Model budget",
+            "Usage",
+            "Jobs",
+            "Audit log",
+            "Erasure requests",
+        ]
+    )
     await expect(page.locator("#company-name")).to_have_text(COMPANY)
     await expect(page.locator("#back-to-companies")).to_be_hidden()
-    await expect(page.get_by_role("heading", name="Spaces", level=2)).to_be_focused()
-    await assert_accessible(page, "company operator's spaces")
+    await expect(page.get_by_role("heading", name="Feature flags", level=2)).to_be_focused()
 
-    # a space of the company, through the company routes
+    # a feature flag of their own company, and back
+    allowed = await web_search_allowed()
+    flag_switch = page.get_by_role("switch", name=WEB_SEARCH_FLAG)
+    await flag_switch.click()
+    state = "off" if allowed else "on"
+    await expect(page.get_by_role("status")).to_have_text(f"{WEB_SEARCH_FLAG} is {state}.")
+    assert await web_search_allowed() is not allowed
+    await page.get_by_role("switch", name=WEB_SEARCH_FLAG).click()
+    await expect(page.get_by_role("switch", name=WEB_SEARCH_FLAG)).to_have_attribute(
+        "aria-checked", "true" if allowed else "false"
+    )
+    assert await web_search_allowed() is allowed
+    await assert_accessible(page, "company operator's feature flags")
+
+    # a space of the company, through the company routes; web search off there
+    await open_page(page, "Spaces")
     await page.get_by_label("Open a space by its id").fill(space)
     await page.get_by_role("button", name="Open space").click()
     await expect(page.get_by_role("heading", name=f"Space {space}")).to_be_focused()
@@ -442,10 +473,19 @@ async def test_a_company_operator_switches_a_space_and_erases_a_user_of_their_co
     await assert_accessible(page, "company operator's space")
     await assert_fits(page, shot, "company-operator-space")
 
+    # their audit log names their changes
+    await open_page(page, "Audit log")
+    await expect(page.locator("#audit")).to_contain_text(WEB_SEARCH_FLAG)
+    await expect(page.locator("#audit")).to_contain_text(space)
+    await assert_accessible(page, "company operator's audit log")
+
+    # the other pages load and pass the scan too
+    for name in ("Memory policy", "Rate limits", "Model budget", "Usage", "Jobs"):
+        await open_page(page, name)
+        await assert_accessible(page, f"company operator's {name}")
+
     # an erasure request: confirmed by typing the user's id; its receipt announced
     await open_page(page, "Erasure requests")
-    await expect(page.locator("#erasures-elsewhere")).to_be_visible()
-    await expect(page.locator("#erasures-empty")).to_be_hidden()
     await page.get_by_label("Erase everything the service holds about a user (user id)").fill(
         "road-runner"
     )
