@@ -132,7 +132,7 @@ async def _distribute(conn: AsyncConnection, todo: Plan) -> Outcome:
 FUNCTION_PREFIX: Final = "cms_company_"
 COLOCATE_WITH: Final = "turns"
 _COMPANY_TYPE: Final = "varchar"  # the type of every `company_id` column
-_FUNCTION_FORM: Final = "3"  # part of each function's name: changes when the form below does
+_FUNCTION_FORM: Final = "4"  # part of each function's name: changes when the form below does
 
 
 @dataclass(frozen=True)
@@ -327,20 +327,27 @@ def _shard_body(
 ) -> str:
     """The body of a company function that reads company tables: on the node holding the
     company's shards (where Citus delegates the call), the statement on those shards
-    themselves, planned and run by PostgreSQL alone, as on one node: the shards are found
-    by the company (`get_shard_id_for_distribution_column`), their metadata locked shared as
-    Citus's executor locks it for a write (a shard move blocks writes with the same lock taken
-    exclusively), and each table's name replaced by its shard's; an identity column the
-    statement leaves to its default is given its value from the distributed table's sequence
-    (the node's range, as Citus gives it). Anywhere else (a shard moved away, a call Citus
-    did not delegate), the statement as it is, planned by Citus.
+    themselves, planned and run by PostgreSQL alone, as on one node. Anywhere else (a shard
+    moved away, a call Citus did not delegate), the statement as it is, planned by Citus.
 
-    The statement on the shards is prepared once per session and set of shards (`PREPARE`,
-    remembered in a session setting `cms_company.<name>`, rolled back with a failed
-    transaction, when `pg_prepared_statements` is asked again), and executed with the
-    arguments as literals: PostgreSQL then keeps its plan as it keeps the plan of a statement
-    the driver prepares on one node (planning the text on every call, `/context` on the
-    cluster measured 0.46x one node's requests per second; prepared, 0.77x)."""
+    The company tables are co-located, so one shard of the first table the statement names
+    (the anchor) stands for all of them: Citus keeps co-located shards on one node, and its
+    shard metadata lock is one lock per co-location group and shard index. Each call looks the
+    anchor up (`get_shard_id_for_distribution_column`), locks its metadata shared as Citus's
+    executor does for a write (a shard move blocks writes with the same lock taken
+    exclusively) and checks that its placement is on this node.
+
+    The statement on the shards is prepared once per session and anchor (`PREPARE`, remembered
+    in a session setting `cms_company.<name>`, rolled back with a failed transaction, when
+    `pg_prepared_statements` is asked again): only then are the other tables' shards looked up
+    and their names put in its text (a shard id is never reused: a tenant isolated or a shard
+    split gets new shards, so a new anchor; a moved shard keeps its id and its tables' names,
+    which PostgreSQL resolves again when it re-plans). An identity column the statement leaves
+    to its default is given its value from the distributed table's sequence (the node's range,
+    as Citus gives it). It is executed with the arguments as literals: PostgreSQL then keeps
+    its plan as it keeps the plan of a statement the driver prepares on one node (planning the
+    text on every call, `/context` on the cluster measured 0.46x one node's requests per
+    second; prepared, 0.77x)."""
     company = f"a{statement.arguments.index(DISTRIBUTION_COLUMN) + 1}"
     sql = statement.sql.replace("%", "%%")  # the template of format()
     for table, (column, sequence) in sequences.items():
@@ -357,24 +364,23 @@ def _shard_body(
         return f"{keyword}{space}%{used.index(name) + 1}$s"
 
     template = _TABLE_REFERENCE.sub(shard, sql)
-    shard_ids = ", ".join(
-        f"get_shard_id_for_distribution_column('{table}', {company})" for table in used
-    )
     names = ", ".join(
-        f"shard_name('{table}'::regclass, shards[{n}])" for n, table in enumerate(used, start=1)
+        f"shard_name('{table}'::regclass, get_shard_id_for_distribution_column('{table}', "
+        f"{company}))"
+        for table in used
     )
     literals = ", ".join(f"quote_nullable(a{n})" for n in range(1, len(statement.arguments) + 1))
     slots = ", ".join("%s" for _ in statement.arguments)
+    prefix = "cms_" + hashlib.sha256(statement.function.encode()).hexdigest()[:16] + "_"
     # the statement, its tables and their sequences, never user input
     return f"""DECLARE
-    shards bigint[] := ARRAY[{shard_ids}];
-    prepared text;
+    anchor bigint := get_shard_id_for_distribution_column('{used[0]}', {company});
+    prepared text := '{prefix}' || anchor;
 BEGIN
-    PERFORM lock_shard_metadata(5, ARRAY(SELECT DISTINCT unnest(shards) ORDER BY 1));
-    IF (SELECT count(*) FROM pg_dist_placement p
-        WHERE p.shardid = ANY(shards)
-          AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) = cardinality(shards) THEN
-        prepared := 'cms_' || md5('{statement.function}' || shards::text);
+    PERFORM lock_shard_metadata(5, ARRAY[anchor]);
+    IF EXISTS (SELECT FROM pg_dist_placement p
+               WHERE p.shardid = anchor
+                 AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) THEN
         IF current_setting('cms_company.' || prepared, true) IS NULL THEN
             IF NOT EXISTS (SELECT FROM pg_prepared_statements s WHERE s.name = prepared) THEN
                 EXECUTE format('PREPARE %I({", ".join(types)}) AS ', prepared)
