@@ -41,7 +41,8 @@ pools of 10), `tracing-off` (nothing configured, as `ours`: the noise floor besi
 discards them, bench/otlp_sink.py).
 --citus adds `citus`: the same service on a Citus cluster started for the run (a coordinator and
 two workers on this machine, bench/citus_cluster.py), seeded alike, measured in the same runs
-as `ours` on the single PostgreSQL; the variant table gives cluster / one node.
+as `ours` on the single PostgreSQL; and `citus-worker-reads`, the same with
+`CITUS_WORKER_READS=true`; the variant table gives cluster / one node.
 --profile instead runs our service under cProfile during one wrk run per call (c=16) and prints
 where the process time goes.
 """
@@ -439,6 +440,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "no-token-cache": {"JWT_CACHE_SIZE": "0"},
     # the default settings on a Citus cluster of the run's own (`--citus`)
     "citus": {},
+    # on the same cluster, /context's read sent to the company's worker node, not through the
+    # coordinator (app/kit/citus_reads.py)
+    "citus-worker-reads": {"CITUS_WORKER_READS": "true"},
     # no rate limit at all: "ours" minus the limiter's work, to measure what the limits cost
     "no-rate-limits": dict.fromkeys(RATE_LIMIT_SETTINGS, "off"),
     # no quota of waiting jobs per user: every turn queues a job of its own, as before quotas
@@ -1252,7 +1256,8 @@ def prepare(args: argparse.Namespace, wrk: str, cluster: BenchCluster | None = N
         f"{profile_tokens:,} tokens; {HISTORY_MESSAGES} messages of 512 chars per chat",
         flush=True,
     )
-    variants = ["ours", *(v for v in args.variants if v not in ("ours", "citus"))]
+    on_cluster = ("citus", "citus-worker-reads")
+    variants = ["ours", *(v for v in args.variants if v != "ours" and v not in on_cluster)]
     urls, admin_dsns = {}, {}
     if cluster is not None:
         started = time.monotonic()
@@ -1261,8 +1266,9 @@ def prepare(args: argparse.Namespace, wrk: str, cluster: BenchCluster | None = N
             f"  ours seeded on the Citus cluster in {time.monotonic() - started:.1f} s",
             flush=True,
         )
-        variants.append("citus")
-        urls["citus"], admin_dsns["citus"] = cluster.service_dsn, cluster.admin_dsn
+        for variant in on_cluster:
+            variants.append(variant)
+            urls[variant], admin_dsns[variant] = cluster.service_dsn, cluster.admin_dsn
     return Setup(
         wrk=wrk,
         admin_dsn=admin_dsn,

@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     # asyncpg connections of the two calls of every chat turn, opened on demand (app/kit/db.py)
     db_hot_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    # On a Citus cluster: /context's read sent to the worker node holding the company's shards,
+    # over a pool of its own per node (DB_HOT_POOL_SIZE connections), not through the
+    # coordinator; the workers must take the service's connections as the coordinator does
+    # (app/kit/citus_reads.py, docs/scaling.md). Ignored on plain PostgreSQL.
+    citus_worker_reads: bool = False
     # Group commit of the common turn-save (app/turns/batching.py): turn-saves handed in while a
     # turn-save statement of the process runs are written together, up to TURN_BATCH_MAX to a
     # statement (1: each turn alone, as with an Idempotency-Key); up to TURN_BATCH_IN_FLIGHT

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import asyncpg
 from alembic import command
@@ -32,6 +32,9 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase
 
 from app.kit.config import PROJECT_ROOT, Settings
+
+if TYPE_CHECKING:
+    from app.kit.citus_reads import WorkerReads
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -148,8 +151,12 @@ class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     driver: DriverPool
+    # CITUS_WORKER_READS: reads sent to the company's worker node (used only on Citus)
+    worker_reads: WorkerReads | None = None
 
     async def dispose(self) -> None:
+        if self.worker_reads is not None:
+            await self.worker_reads.close()
         await self.driver.close()
         await self.engine.dispose()
 
@@ -193,7 +200,18 @@ def create_database(url: str, settings: Settings, *, pool_size: int | None = Non
         max_size=settings.db_hot_pool_size,
         timeout=settings.db_connect_timeout_seconds,
     )
-    return Database(engine, async_sessionmaker(engine, expire_on_commit=False), driver)
+    worker_reads = None
+    if settings.citus_worker_reads:
+        from app.kit.citus_reads import WorkerReads  # noqa: PLC0415 - it builds on DriverPool
+
+        worker_reads = WorkerReads(
+            driver,
+            {**url_kwargs, **connect_args},
+            max_size=settings.db_hot_pool_size,
+            timeout=settings.db_connect_timeout_seconds,
+        )
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    return Database(engine, sessions, driver, worker_reads)
 
 
 def _drop_refusing_connections(context: ExceptionContext) -> None:

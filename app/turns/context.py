@@ -121,7 +121,13 @@ async def load_context(
     placeholder = placeholder_messages(request.placeholder_history)
     plan = plan_history(request.history_mode, messages, placeholder)
     citus = await runs_citus(database.engine)  # asked once per engine, then known
-    async with database.driver.connection() as conn:
+    reads = database.worker_reads if citus else None
+    connection = (
+        database.driver.connection()
+        if reads is None
+        else reads.connection(principal.company_id)  # one statement, outside a transaction
+    )
+    async with connection as conn:
         row = await repository.select_context(
             conn,
             principal,
