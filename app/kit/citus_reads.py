@@ -120,9 +120,9 @@ class WorkerReads:
             # a worker hides its shards from the catalogs of client sessions with a filter
             # evaluated per row: asyncpg's type introspection over pg_type then took longer
             # than the statement timeout on a worker holding a few hundred shards
-            settings = dict(kwargs.get("server_settings") or {})  # type: ignore[call-overload]
-            settings["citus.override_table_visibility"] = "off"
-            kwargs["server_settings"] = settings
+            given = kwargs.get("server_settings")
+            settings = dict(given) if isinstance(given, Mapping) else {}
+            kwargs["server_settings"] = settings | {"citus.override_table_visibility": "off"}
             pool = DriverPool(kwargs, max_size=self._max_size, timeout=self._timeout)
             self._pools[node] = pool
         return pool
