@@ -4,8 +4,8 @@
 // answers: a space admin gets their company's spaces; a company operator (`company_operator`)
 // gets their own company's pages (flags, spaces, memory policy, rate limits, model budget,
 // usage, jobs, audit log, erasure requests); an operator the company list answers (a platform
-// operator) gets the list of companies, any company's pages and offboarding. The service decides every permission again: the console
-// only leaves out what the caller could not use.
+// operator) gets the list of companies, any company's pages and offboarding. The service
+// decides every permission again: the console only leaves out what the caller could not use.
 //
 // The token is handled as on the memory page (signin.js, shared by both): it lives in
 // `state.token` only; with company sign-in configured it comes from the OpenID provider (code
