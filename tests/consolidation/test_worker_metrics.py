@@ -64,8 +64,16 @@ async def test_the_standalone_worker_serves_its_metrics_on_its_own_port(
         await wait_for(finished, seconds=60)
 
         async def counted() -> bool:
+            # the job's counters and the queue gauges, refreshed on the worker's own schedule
             with suppress(OSError):
-                return 'jobs_total{kind="consolidation",outcome="updated"}' in await scrape(port)
+                text = await scrape(port)
+                return all(
+                    name in text
+                    for name in (
+                        'jobs_total{kind="consolidation",outcome="updated"}',
+                        'queue_depth{status="queued"}',
+                    )
+                )
             return False
 
         await wait_for(counted, seconds=30)
