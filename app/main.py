@@ -24,6 +24,7 @@ from app.enablement import router as enablement_router
 from app.erasure import router as erasure_router
 from app.folders import router as folders_router
 from app.jobs import router as jobs_router
+from app.jobs.wakeup import JobSignal
 from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
@@ -102,6 +103,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         on_flush_failure=app.state.metrics.usage_flush_failures.inc,
     )
     app.state.usage_meter = meter
+    # idle workers woken when turn-saves queue jobs (app/jobs/wakeup.py)
+    app.state.job_signal = job_signal = JobSignal(
+        database.driver.connect_kwargs, settings.job_notify_interval_ms / 1000
+    )
     verifier: TokenVerifier = app.state.token_verifier
     worker: BackgroundWorker | None = None
     worker_database: Database | None = None
@@ -137,6 +142,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             overrides.cancel()
             await asyncio.gather(overrides, return_exceptions=True)
         await _stop_in_process_worker(worker, worker_database)
+        await job_signal.close()
         await meter.stop()  # the counts since the last flush
         await verifier.keys.close()
         await database.dispose()

@@ -14,6 +14,7 @@ from opentelemetry.trace import Tracer
 
 from app.consolidation.kinds import COALESCING, KINDS
 from app.consolidation.pipeline import ConsolidationPipeline
+from app.jobs.wakeup import JobWakeups
 from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.kit.config import Settings
 from app.kit.db import Database
@@ -62,6 +63,9 @@ class BackgroundWorker:
         self._pipeline = ConsolidationPipeline(
             database, settings, self._chat_model, metrics, tokens, tracer=tracer
         )
+        self._wakeups = (
+            JobWakeups(database.listen_kwargs) if database.listen_kwargs is not None else None
+        )
         self.worker = Worker(
             database.engine,
             dict.fromkeys(KINDS, self._pipeline.run),
@@ -69,13 +73,17 @@ class BackgroundWorker:
             metrics,
             maintenance=maintenance,
             tracer=tracer,
+            wakeups=self._wakeups,
         )
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        if self._wakeups is not None:
+            self._wakeups.start()
         self._task = asyncio.create_task(self.worker.run(), name="consolidation-worker")
         engine = "the offline rules" if self._chat_model is None else "the language model"
-        logger.info("consolidation worker started (%s)", engine)
+        woken = "woken by NOTIFY" if self._wakeups is not None else "polling only"
+        logger.info("consolidation worker started (%s, %s)", engine, woken)
 
     async def stop(self) -> None:
         self.worker.stop()
@@ -84,6 +92,8 @@ class BackgroundWorker:
                 await self._task
             await self._pipeline.recorder.flush()
         finally:
+            if self._wakeups is not None:
+                await self._wakeups.close()
             if self._chat_model is not None:
                 await self._chat_model.aclose()
             logger.info("consolidation worker stopped")

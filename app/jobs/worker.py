@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.jobs.lifecycle import AttemptFailure, fail_jobs, heartbeat, release_jobs
 from app.jobs.queue import ClaimedJob, ClaimPolicy, JobKind, claim_next_job
 from app.jobs.repository import queue_stats
+from app.jobs.wakeup import JobWakeups
 from app.kit.observability import Metrics
 from app.kit.tracing import NO_TRACER, links_to
 
@@ -106,9 +107,12 @@ class Worker:
         *,
         maintenance: Sequence[Maintenance] = (),
         tracer: Tracer = NO_TRACER,
+        wakeups: JobWakeups | None = None,
     ) -> None:
         """`handlers` run the jobs of their kind; `maintenance` steps run every few minutes;
-        each run is a span of `tracer`."""
+        each run is a span of `tracer`; `wakeups` (started and closed by the caller) wake idle
+        slots when jobs are queued, between their polls."""
+        self.wakeups = wakeups
         self.engine = engine
         self.tracer = tracer
         self.maintenance = tuple(maintenance)
@@ -154,14 +158,16 @@ class Worker:
     async def _slot(self, number: int) -> None:
         while not self._stopping.is_set():
             self._touch_heartbeat_file()
+            # armed before the claim: a notification during a claim that finds nothing is kept
+            woken = self.wakeups.armed() if self.wakeups is not None else None
             try:
                 claimed, claim_window = await self._claim()
             except Exception:
                 logger.exception("claiming a job failed; retrying after the poll interval")
                 claimed = None
+                woken = None
             if claimed is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self.config.poll_seconds)
+                await self._idle(woken)
                 continue
             task = asyncio.create_task(self._execute(claimed, claim_window), name=f"job-{number}")
             # cancelled after every job: a waiter left pending would pile up, one per job run
@@ -180,6 +186,19 @@ class Worker:
             finally:
                 stopping.cancel()
                 self._running.discard(task)
+
+    async def _idle(self, woken: asyncio.Event | None) -> None:
+        """Until the poll interval is over, the worker stops or `woken` is set."""
+        waits = {asyncio.ensure_future(self._stopping.wait())}
+        if woken is not None:
+            waits.add(asyncio.ensure_future(woken.wait()))
+        try:
+            await asyncio.wait(
+                waits, timeout=self.config.poll_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def _execute(self, claimed: ClaimedJob, claim_window: tuple[int, int]) -> None:
         lease_lost = asyncio.Event()

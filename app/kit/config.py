@@ -459,6 +459,14 @@ class Settings(BaseSettings):
         ),
     )
     worker_metrics_host: str = "127.0.0.1"
+    # Idle workers are woken when a request queues a job (app/jobs/wakeup.py): each API process
+    # sends one NOTIFY at most every JOB_NOTIFY_INTERVAL_MS; 0: none (workers find jobs by
+    # polling every WORKER_POLL_SECONDS, which they do anyway).
+    job_notify_interval_ms: int = Field(default=20, ge=0, le=10_000)
+    # The worker LISTENs on a session of its own: on DATABASE_URL, or on this one (the database
+    # itself, not a transaction pooler). Behind PgBouncer in transaction mode it is needed: there,
+    # without it, workers only poll.
+    database_listen_url: str | None = None
 
     # --- usage metering (docs/usage.md) --------------------------------------------------------
     usage_flush_seconds: float = Field(

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 
-from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
 
 if TYPE_CHECKING:
     from app.kit.citus_reads import WorkerReads
@@ -96,6 +96,11 @@ class DriverPool:
                     )
         return self._pool
 
+    @property
+    def connect_kwargs(self) -> Mapping[str, object]:
+        """asyncpg's arguments for a connection to the same server, opened the same way."""
+        return self._connect_kwargs
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         """A connection for one request; waiting longer than the connect timeout for one is a
@@ -153,6 +158,8 @@ class Database:
     driver: DriverPool
     # CITUS_WORKER_READS: reads sent to the company's worker node (used only on Citus)
     worker_reads: WorkerReads | None = None
+    # asyncpg's arguments for a session that LISTENs (app/jobs/wakeup.py); None: nobody can
+    listen_kwargs: Mapping[str, object] | None = None
 
     async def dispose(self) -> None:
         if self.worker_reads is not None:
@@ -211,7 +218,24 @@ def create_database(url: str, settings: Settings, *, pool_size: int | None = Non
             timeout=settings.db_connect_timeout_seconds,
         )
     sessions = async_sessionmaker(engine, expire_on_commit=False)
-    return Database(engine, sessions, driver, worker_reads)
+    return Database(engine, sessions, driver, worker_reads, _listen_kwargs(engine, settings))
+
+
+def _listen_kwargs(engine: AsyncEngine, settings: Settings) -> dict[str, object] | None:
+    """Where a worker LISTENs: DATABASE_LISTEN_URL, else the database's own URL unless that
+    is a transaction pooler, which cannot keep a LISTEN (then None: the workers poll)."""
+    if settings.database_listen_url:
+        url = make_url(to_asyncpg_url(settings.database_listen_url))
+    elif settings.db_pgbouncer_transaction_mode:
+        return None
+    else:
+        url = engine.url
+    _, url_kwargs = engine.dialect.create_connect_args(url)
+    return {
+        **url_kwargs,
+        "timeout": settings.db_connect_timeout_seconds,
+        "server_settings": {"application_name": "context-memory-listen"},
+    }
 
 
 def _drop_refusing_connections(context: ExceptionContext) -> None:

@@ -72,6 +72,7 @@ async def consolidate_exchange(
     database: Database = request.app.state.database
     settings: Settings = request.app.state.settings
     job_id = await request_consolidation(database, principal, body, settings=settings)
+    request.app.state.job_signal.poke()
     job = await wait_for_job(database, principal, job_id, wait_seconds if wait else 0)
     if job.status in ("succeeded", "dead"):
         response.status_code = status.HTTP_200_OK

@@ -13,6 +13,7 @@ import orjson
 from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
 from app.conversations.schemas import ChatIdPath
+from app.jobs.wakeup import JobSignal
 from app.kit.api_tags import ORCHESTRATOR
 from app.kit.auth import Principal, PrincipalDep, current_principal, principal_of
 from app.kit.config import Settings
@@ -42,6 +43,11 @@ async def _database(request: Request) -> Database:
 async def _batcher(request: Request) -> TurnBatcher:
     batcher: TurnBatcher = request.app.state.turn_batcher
     return batcher
+
+
+async def _job_signal(request: Request) -> JobSignal:
+    signal: JobSignal = request.app.state.job_signal
+    return signal
 
 
 async def _tokens(request: Request) -> TokenCounters:
@@ -87,6 +93,7 @@ class TurnRoute(LeanRoute):
         _database: _database,
         _tokens: _tokens,
         _batcher: _batcher,
+        _job_signal: _job_signal,
         _idempotency_key: _idempotency_key,
         usage_meter: usage_meter,
         limit_context: lean_provider(RouteClass.CONTEXT),
@@ -100,6 +107,7 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 DatabaseDep = Annotated[Database, Depends(_database)]
 TokensDep = Annotated[TokenCounters, Depends(_tokens)]
 BatcherDep = Annotated[TurnBatcher, Depends(_batcher)]
+JobSignalDep = Annotated[JobSignal, Depends(_job_signal)]
 IdempotencyKeyDep = Annotated[str | None, Depends(_idempotency_key)]
 
 
@@ -222,11 +230,14 @@ async def save_turn(
     idempotency_key: IdempotencyKeyDep,
     meter: UsageMeterDep,
     batcher: BatcherDep,
+    job_signal: JobSignalDep,
 ) -> Response:
     submission = save.TurnSubmission(
         principal, chat_id, body, idempotency_key, trace_parent=current_traceparent()
     )
     outcome = await save.save_turn(db, submission, settings=settings, batcher=batcher)
+    if outcome.status_code == status.HTTP_202_ACCEPTED and not outcome.replayed:
+        job_signal.poke()  # the idle workers claim it now, not at their next poll
     meter.turn_saved(principal.company_id, replayed=outcome.replayed)
     headers = {idempotency.REPLAYED_HEADER: "true"} if outcome.replayed else None
     return Response(
