@@ -48,6 +48,11 @@ class JobSignal:
         self._conn: asyncpg.Connection | None = None
         self.sent = 0
 
+    @property
+    def sending(self) -> bool:
+        """A notification is on its way (or its interval not over)."""
+        return self._task is not None
+
     def poke(self) -> None:
         if self._interval <= 0:
             return

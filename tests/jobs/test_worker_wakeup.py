@@ -124,7 +124,7 @@ async def test_a_notification_that_cannot_be_sent_fails_no_request(app: FastAPI)
     unreachable = {**database.driver.connect_kwargs, "host": "127.0.0.1", "port": 9}
     signal = JobSignal(unreachable, 0.01)
     signal.poke()
-    await wait_until(lambda: signal._task is None, 10, what="the attempt over")  # noqa: SLF001
+    await wait_until(lambda: not signal.sending, 10, what="the attempt over")
     assert signal.sent == 0
     await signal.close()
 
