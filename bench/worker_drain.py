@@ -54,7 +54,7 @@ _ROLES = ("data engineer", "credit risk analyst", "product manager", "backend de
 _CITIES = ("Berlin", "Zurich", "Lisbon", "Toronto", "Osaka")
 _PROJECTS = ("Atlas", "Borealis", "Cobalt", "Delta", "Ember", "Falcon", "Granite")
 _TOOLS = ("dbt", "pandas", "Terraform", "Kubernetes", "Power BI")
-_CHIT_CHAT = (
+CHIT_CHAT = (
     ("Thanks, that was helpful!", "You're welcome. Happy to help with anything else."),
     ("What is the capital of Australia?", "Canberra, not Sydney, is the capital of Australia."),
     (
@@ -77,7 +77,7 @@ def exchange(user: int, turn: int) -> tuple[str, str]:
     chit-chat, factual questions and code requests."""
     k = user + turn
     if k % 2:
-        return _CHIT_CHAT[k % len(_CHIT_CHAT)]
+        return CHIT_CHAT[k % len(CHIT_CHAT)]
     facts = (
         f"I work as a {_ROLES[k % len(_ROLES)]} in {_CITIES[k // 2 % len(_CITIES)]}.",
         f"I prefer {'short' if k % 4 else 'detailed'} answers with examples.",
