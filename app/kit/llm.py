@@ -31,22 +31,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from types import TracebackType
-from typing import ClassVar, Protocol, Self
-
-import aiohttp
-import openai
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionMessage,
-    ChatCompletionMessageParam,
-    ChatCompletionSystemMessageParam,
-    ChatCompletionUserMessageParam,
-)
-from openai.types.chat.chat_completion import Choice
-from openai.types.chat.completion_create_params import ResponseFormat
-from openai.types.shared_params import ResponseFormatJSONObject
+from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
 from app.kit.config import Settings
+
+# The SDK is imported where a client is built or an answer read, never at import: its models
+# cost ~0.5 s and ~50 MB, which the API process (whose worker is off) never needs.
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+    from openai.types.chat.completion_create_params import ResponseFormat
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Sent when only OPENAI_BASE_URL is configured: local compatible servers ignore the key, but the
@@ -224,6 +218,8 @@ class OpenAIChatModel:
     ) -> None:
         """`instrument_http_client` is handed the SDK's HTTP client before its first request
         (tracing: a span and a `traceparent` per request)."""
+        import openai  # noqa: PLC0415 - the SDK's models cost ~50 MB: only where a model is used
+
         self._timeout_seconds = timeout_seconds
         self._client: openai.AsyncOpenAI
         if azure_endpoint:
@@ -264,6 +260,13 @@ class OpenAIChatModel:
         The SDK exception is suppressed (`from None`): its message can quote the server's error
         body, which may echo the prompt, and a chained cause would carry it into logs.
         """
+        import openai  # noqa: PLC0415 - loaded by __init__ already
+        from openai.types.chat import (  # noqa: PLC0415
+            ChatCompletionSystemMessageParam,
+            ChatCompletionUserMessageParam,
+        )
+        from openai.types.shared_params import ResponseFormatJSONObject  # noqa: PLC0415
+
         messages: list[ChatCompletionMessageParam] = [
             ChatCompletionSystemMessageParam(role="system", content=request.system),
             ChatCompletionUserMessageParam(role="user", content=request.user),
@@ -318,6 +321,8 @@ def _refused_or_dropped(error: BaseException) -> bool:
     """Whether a timeout the SDK reports is a connection refused or dropped: its aiohttp
     transport reports every `aiohttp.ClientConnectionError` that is not a timeout as httpx's
     `ConnectTimeout` (a refused connection included), where httpcore's says `ConnectError`."""
+    import aiohttp  # noqa: PLC0415 - the SDK's transport, loaded with it
+
     cause = error.__cause__
     while cause is not None:
         if isinstance(cause, aiohttp.ClientConnectionError):
@@ -331,6 +336,8 @@ def _http_client(instrument: Callable[[object], None] | None) -> openai.DefaultA
     on aiohttp's transport rather than httpcore's: the same requests and answers at about
     0.5 ms less CPU per call (bench/model_client_cost.py), where the worker spends its time
     when a slow model keeps many calls in flight. Handed to `instrument` first, when given."""
+    import openai  # noqa: PLC0415 - loaded by OpenAIChatModel already
+
     client = openai.DefaultAioHttpClient()
     if instrument is not None:
         instrument(client)
@@ -378,6 +385,9 @@ def create_chat_model(
 
 def _chat_result(completion: object, request: ChatRequest) -> ChatResult:
     """Read the first choice defensively: non-strict SDK parsing accepts any JSON shape."""
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage  # noqa: PLC0415
+    from openai.types.chat.chat_completion import Choice  # noqa: PLC0415
+
     if not isinstance(completion, ChatCompletion):  # a non-JSON content type arrives as str
         raise _invalid_response(request.model)
     billed = _billed(completion, request)
