@@ -18,8 +18,7 @@ import logging
 import re
 from typing import Final
 
-from mcp.shared.auth import ProtectedResourceMetadata
-from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter, ValidationError
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -43,12 +42,20 @@ _QUOTABLE: Final = re.compile(r"[A-Za-z0-9:/.\-\[\]_~]+")
 _URL: Final = TypeAdapter(AnyHttpUrl, config=ConfigDict(url_preserve_empty_path=True))
 
 
-class ResourceMetadata(ProtectedResourceMetadata):
-    """The SDK's RFC 9728 document, with `authorization_servers` optional as the RFC has it: a
-    service without AUTH_ISSUERS has no authorization server to name, so the field is left
+class ResourceMetadata(BaseModel):
+    """The RFC 9728 document: the fields of the MCP SDK's `ProtectedResourceMetadata` this
+    service sends, in its order, read as it reads them (MCP clients parse the document with
+    it). Not the SDK's model itself: importing the SDK costs the API process ~0.3 s and tens
+    of MB before `/mcp` is ever called. `authorization_servers` is optional as the RFC has it:
+    a service without AUTH_ISSUERS has no authorization server to name, so the field is left
     out rather than sent as an empty list (the SDK's model insists on at least one)."""
 
-    authorization_servers: list[AnyHttpUrl] | None = None  # type: ignore[assignment]
+    model_config = ConfigDict(url_preserve_empty_path=True)
+
+    resource: AnyHttpUrl
+    authorization_servers: list[AnyHttpUrl] | None = None
+    bearer_methods_supported: list[str] | None = None
+    resource_name: str | None = None
 
 
 class ResourceDiscovery:
