@@ -433,14 +433,14 @@ def run_migrations(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
-def head_revision() -> str | None:
+def head_revision(versions: Path | None = None) -> str | None:
     """The revision `migrate` upgrades to, as alembic's `ScriptDirectory.get_current_head()`
     gives it, read from the `revision` and `down_revision` assignments of the migration files
-    (parsed, not imported: no alembic, no module of theirs run). None without migrations;
-    several heads are an error, as they are to alembic."""
+    in `versions` (default: the service's), parsed, not imported: no alembic, no module of
+    theirs run. None without migrations; several heads are an error, as they are to alembic."""
     revisions: set[str] = set()
     revised: set[str] = set()
-    for path in (migrations_dir() / "versions").glob("*.py"):
+    for path in (versions or migrations_dir() / "versions").glob("*.py"):
         if path.name.startswith(("__init__", ".#")):  # the files alembic skips
             continue
         assigned = _module_constants(path, ("revision", "down_revision"))
