@@ -118,10 +118,13 @@ class _DropLoggedErrors(logging.Filter):
 
 
 # Library chatter at INFO that is not worth a line: Alembic's per-run preamble (its "Running
-# upgrade" lines stay), uvicorn's "Waiting for application startup.", the MCP SDK's session
-# manager. The embedded PostgreSQL's own chatter goes to a file of its own (app.kit.embedded_pg).
+# upgrade" lines stay) and its plugins' set-up on import (imported when migrations first run,
+# after logging is configured), uvicorn's "Waiting for application startup.", the MCP SDK's
+# session manager. The embedded PostgreSQL's own chatter goes to a file of its own
+# (app.kit.embedded_pg).
 _QUIET_MESSAGES: dict[str, tuple[str, ...]] = {
     "alembic.runtime.migration": ("Context impl", "Will assume"),
+    "alembic.runtime.plugins": ("setup plugin",),
     "uvicorn.error": ("Waiting for application startup",),
 }
 _QUIET_LOGGERS = ("mcp.server.streamable_http_manager",)
