@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from confusable_homoglyphs import categories, confusables
+from confusable_homoglyphs import categories, utils
 
 KEYWORDS: Final = frozenset(
     {
@@ -311,21 +311,32 @@ def _script(char: str) -> str:
     return str(categories.alias(char))
 
 
-@lru_cache(maxsize=4096)
 def _latin(char: str) -> str | None:
     """The ASCII letter `char` is confusable with, in its case (None: none, or it is ASCII)."""
-    if char.isascii():
-        return None
-    homoglyphs: Sequence[dict[str, str]] = confusables.confusables_data.get(char, ())
-    letters = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii()]
-    letters = [letter for letter in letters if letter.isalpha()]
-    if not letters:
-        return None
-    same_case = [letter for letter in letters if letter.isupper() == char.isupper()]
-    letter = (same_case or letters)[0]
-    if letter == "l" and char.isupper():
-        return "I"  # a capital Ι or І is read as an I, not as an l
-    return letter
+    return None if char.isascii() else _LATIN_LOOKALIKES.get(char)
+
+
+def _latin_lookalikes() -> dict[str, str]:
+    """Every non-ASCII character of the confusables data that looks like an ASCII letter, and
+    that letter. Read from the package's data file rather than through its `confusables`
+    module, which would keep the whole table (~6 MB of objects) for the process's life."""
+    table: dict[str, Sequence[dict[str, str]]] = utils.load("confusables.json")
+    lookalikes = {}
+    for char, homoglyphs in table.items():
+        if char.isascii():
+            continue
+        letters = [h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii()]
+        letters = [letter for letter in letters if letter.isalpha()]
+        if not letters:
+            continue
+        same_case = [letter for letter in letters if letter.isupper() == char.isupper()]
+        letter = (same_case or letters)[0]
+        # a capital Ι or І is read as an I, not as an l
+        lookalikes[char] = "I" if letter == "l" and char.isupper() else letter
+    return lookalikes
+
+
+_LATIN_LOOKALIKES: Final = _latin_lookalikes()
 
 
 # --- markup ---------------------------------------------------------------------------------
