@@ -14,7 +14,9 @@ URL. Swagger UI keeps the bearer token pasted into Authorize across page reloads
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import functools
 import hashlib
 import re
@@ -106,11 +108,20 @@ def asset_directory() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Asset:
-    """One file as it is served: its bytes, media type and the digest that versions it."""
+    """One file as it is served: where it is, its media type and the digest that versions it.
+    Its bytes are read when it is served, not held: the assets are ~2.7 MB, asked for once
+    per browser and version (`ASSET_CACHE_CONTROL`)."""
 
-    body: bytes
+    path: Path
     media_type: str
     digest: str
+
+    def body(self) -> bytes:
+        """The file's bytes with `ASSET_REWRITES` applied."""
+        body = self.path.read_bytes()
+        for text, replacement in ASSET_REWRITES.get(self.path.name, ()):
+            body = body.replace(text.encode(), replacement.encode())
+        return body
 
     @property
     def etag(self) -> str:
@@ -126,10 +137,9 @@ def load_assets() -> Mapping[str, Asset]:
         raise RuntimeError(f"fastapi-offline {ASSETS_VERSION} lacks {missing} in {directory}")
     assets: dict[str, Asset] = {}
     for name, media_type in ASSET_TYPES.items():
-        body = (directory / name).read_bytes()
-        for text, replacement in ASSET_REWRITES.get(name, ()):
-            body = body.replace(text.encode(), replacement.encode())
-        assets[name] = Asset(body, media_type, hashlib.sha256(body).hexdigest()[:20])
+        asset = Asset(directory / name, media_type, "")
+        digest = hashlib.sha256(asset.body()).hexdigest()[:20]
+        assets[name] = dataclasses.replace(asset, digest=digest)
     return assets
 
 
@@ -204,7 +214,8 @@ def _asset_endpoint(asset: Asset) -> Callable[[Request], Awaitable[Response]]:
     async def serve_asset(request: Request) -> Response:
         if asset.etag in _entity_tags(request.headers.get("if-none-match")):
             return Response(status_code=304, headers=headers)
-        return Response(asset.body, media_type=asset.media_type, headers=headers)
+        body = await asyncio.to_thread(asset.body)
+        return Response(body, media_type=asset.media_type, headers=headers)
 
     return serve_asset
 
