@@ -19,6 +19,9 @@ Per issuer, one `IssuerKeys`:
   first token within the interval after a fetch for another unknown `kid`.
 - A failed fetch keeps the keys held before; `stale_for()` tells /readyz how long ago the last
   good fetch was.
+
+httpx is imported when `KeyStore.open()` has issuers to fetch from: a service that verifies its
+static key only never loads it (with the command-line extras it brings, ~6 MB).
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import orjson
 
 from app.kit.config import IssuerConfig, Settings, is_allowed_url
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +197,8 @@ class IssuerKeys:
             task.exception()  # retrieved: a failure was logged and counted in _fetch
 
     async def _fetch(self) -> None:
+        import httpx  # noqa: PLC0415 - loaded by KeyStore.open() already
+
         try:
             uri = self._jwks_uri or await self._discover()
             response = await self._get(uri)
@@ -223,6 +230,8 @@ class IssuerKeys:
         return uri
 
     async def _get(self, url: str) -> httpx.Response:
+        import httpx  # noqa: PLC0415 - loaded by KeyStore.open() already
+
         if not is_allowed_url(url, allow_http=self._allow_http):
             raise JwksError(f"refused URL {url!r}: https is required")
         async with self._http.stream("GET", url, headers={"Accept": "application/json"}) as reply:
@@ -283,6 +292,8 @@ class KeyStore:
         provider may come back before the first token arrives)."""
         if not self._settings.auth_issuers:
             return
+        import httpx  # noqa: PLC0415 - only where there are keys to fetch
+
         timeout = self._settings.auth_jwks_timeout_seconds
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False
