@@ -13,20 +13,25 @@ Every detector reads the canonical text (`canonical.canonicalise`: NFKC, digits 
 script as ASCII, invisible characters out, look-alike letters folded, markup unwrapped), never
 the text as written; a finding's offsets are mapped back to the text as written. Whoever calls
 `find` judges the canonical text and stores (or redacts) what was written.
+
+The detector modules are imported by the first `find`, not with this package: with their
+libraries, the confusables table and the instruction patterns (some twenty large regular
+expressions, compiled on import) they cost a process ~9 MB and ~0.2 s, which an API process
+that only serves the turn calls never needs. The first memory a process judges waits for them.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
-from app.detectors.canonical import canonicalise
-from app.detectors.contacts import find_contacts
 from app.detectors.findings import Category, Finding
-from app.detectors.instructions import is_instruction
-from app.detectors.numbers import find_numbers
-from app.detectors.secrets import GENERIC_KINDS, find_secrets
+
+if TYPE_CHECKING:
+    from app.detectors.canonical import Canonical
 
 __all__ = ["MAX_TEXT_CHARS", "Category", "Finding", "find"]
 
@@ -40,7 +45,27 @@ _WINDOW_OVERLAP: Final = 1000
 # detector, the text is also read with them apart.
 _JOINED_WORDS: Final = re.compile(r"(?<=[^\W\d_])[_+-](?=[^\W\d_])")
 _PRIORITY: Final = tuple(Category)  # secrets first, instructions last
-_DETECTORS: Final = (find_secrets, find_numbers, find_contacts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Detectors:
+    canonicalise: Callable[[str], Canonical]
+    values: Sequence[Callable[[str], Iterable[Finding]]]  # secrets, numbers, contacts
+    is_instruction: Callable[[str], bool]
+    generic_kinds: Sequence[str]
+
+
+@functools.cache
+def _detectors() -> _Detectors:
+    from app.detectors.canonical import canonicalise  # noqa: PLC0415 - see the docstring
+    from app.detectors.contacts import find_contacts  # noqa: PLC0415
+    from app.detectors.instructions import is_instruction  # noqa: PLC0415
+    from app.detectors.numbers import find_numbers  # noqa: PLC0415
+    from app.detectors.secrets import GENERIC_KINDS, find_secrets  # noqa: PLC0415
+
+    return _Detectors(
+        canonicalise, (find_secrets, find_numbers, find_contacts), is_instruction, GENERIC_KINDS
+    )
 
 
 def find(text: str) -> list[Finding]:
@@ -53,11 +78,13 @@ def find(text: str) -> list[Finding]:
     the whole text, so that a bullet holding both is judged by both. A part in parentheses,
     brackets, backticks or an HTML comment is also judged as an instruction on its own.
     """
-    judged = canonicalise(text)
+    detectors = _detectors()
+    is_instruction = detectors.is_instruction
+    judged = detectors.canonicalise(text)
     findings: list[Finding] = []
     instruction = False
     for offset, window in _windows(judged.text):
-        for detect in _DETECTORS:
+        for detect in detectors.values:
             findings += (
                 Finding(f.category, f.kind, *judged.source_span(f.start + offset, f.end + offset))
                 for f in detect(window)
@@ -68,7 +95,7 @@ def find(text: str) -> list[Finding]:
     if not instruction and _JOINED_WORDS.search(judged.text):
         spaced = _JOINED_WORDS.sub(" ", judged.text)
         instruction = any(is_instruction(window) for _, window in _windows(spaced))
-    findings = _merge(findings)
+    findings = _merge(findings, detectors.generic_kinds)
     if instruction:
         findings.append(Finding(Category.INSTRUCTIONS, "instruction", 0, len(text)))
     return sorted(findings, key=lambda finding: (finding.start, finding.end))
@@ -102,15 +129,15 @@ def _windows(text: str) -> Iterator[tuple[int, str]]:
         yield offset, text[offset : offset + MAX_TEXT_CHARS]
 
 
-def _merge(findings: list[Finding]) -> list[Finding]:
+def _merge(findings: list[Finding], generic_kinds: Sequence[str]) -> list[Finding]:
     """Of overlapping findings keep the one of the first category, then the longest, then a
-    specific kind over a generic one (`GENERIC_KINDS`, in that order)."""
+    specific kind over a generic one (`generic_kinds`, in that order)."""
     ranked = sorted(
         set(findings),
         key=lambda f: (
             _PRIORITY.index(f.category),
             f.start - f.end,
-            GENERIC_KINDS.index(f.kind) + 1 if f.kind in GENERIC_KINDS else 0,
+            generic_kinds.index(f.kind) + 1 if f.kind in generic_kinds else 0,
             f.start,
             f.kind,
         ),
