@@ -9,12 +9,12 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.responses import Response
 
 from app import health, models
-from app.consolidation.runner import BackgroundWorker
 from app.control_plane import router as control_plane_router
 from app.control_plane.offboarding import Offboarder
 from app.conversations import router as conversations_router
@@ -63,6 +63,9 @@ from app.turns.repository import prune_idempotency_keys
 from app.ui import router as ui_router
 from app.usage import router as usage_router
 from app.usage.meter import UsageMeter
+
+if TYPE_CHECKING:
+    from app.consolidation.runner import BackgroundWorker
 
 API_DESCRIPTION = """
 Memory as a service for AI chat orchestrators: a persistent, structured `memory.md` profile per
@@ -152,7 +155,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) -> BackgroundWorker:
-    """The worker `serve` runs beside the API (`WORKER_ENABLED`), with its maintenance steps."""
+    """The worker `serve` runs beside the API (`WORKER_ENABLED`), with its maintenance steps.
+    The consolidation pipeline is imported here: an API process whose worker is off (its
+    workers run apart) never loads it, nor the model client's SDK."""
+    from app.consolidation.runner import BackgroundWorker  # noqa: PLC0415
+
     settings: Settings = app.state.settings
     tracing: Tracing = app.state.tracing
     return BackgroundWorker(

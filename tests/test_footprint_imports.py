@@ -30,6 +30,7 @@ LAZY = (
     "detect_secrets",
     "phonenumbers",
     "stdnum",
+    "app.consolidation.runner",
 )
 
 
