@@ -28,7 +28,7 @@ from opentelemetry.trace import (
 
 from app.kit import otlp_wire
 from app.kit.otlp_wire import OtlpHttpSpanExporter, TraceRequestEncoder
-from app.kit.tracing import exporters_from_environment
+from app.kit.tracing_sdk import exporters_from_environment
 from tests.helpers.otlp_receiver import OtlpReceiver
 
 

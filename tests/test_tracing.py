@@ -30,7 +30,8 @@ from app.consolidation.kinds import KINDS
 from app.consolidation.runner import worker_config
 from app.jobs.worker import Worker
 from app.kit.observability import JsonFormatter
-from app.kit.tracing import Tracing, redacted
+from app.kit.tracing import Tracing
+from app.kit.tracing_sdk import redacted
 from app.main import create_app
 from tests.helpers.apps import USER, AuthFactory, TokenFactory, client_of, make_settings
 from tests.helpers.db import admin_connect, database_of, rows
