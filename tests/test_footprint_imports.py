@@ -31,6 +31,7 @@ LAZY = (
     "phonenumbers",
     "stdnum",
     "app.consolidation.runner",
+    "opentelemetry.sdk",
 )
 
 
