@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "distribute":
         return _distribute(settings)
     if args.command == "token":
-        from app.kit.auth import Principal, issue_token  # noqa: PLC0415
+        from app.kit.auth import issue_token  # noqa: PLC0415
+        from app.kit.principal import Principal  # noqa: PLC0415
 
         if "operator" in args.role and not settings.static_platform:
             print(
@@ -182,8 +183,8 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _worker(settings: Settings) -> int:
-    """Run the worker until SIGTERM or SIGINT, through the app's lifespan (which starts and
-    migrates the embedded database when DATABASE_URL is unset, and stops the worker
+    """Run the worker until SIGTERM or SIGINT, without the API (`app.worker_main`: it starts
+    and migrates the embedded database when DATABASE_URL is unset, and stops the worker
     gracefully on the way out)."""
     from app.kit.observability import configure_logging  # noqa: PLC0415
 
@@ -197,14 +198,15 @@ def _worker(settings: Settings) -> int:
 
 async def _run_worker(settings: Settings) -> None:
     with _no_cyclic_collection():
-        from app.main import create_app, lifespan  # noqa: PLC0415
-
-        app = create_app(settings)
+        from app.worker_main import running_worker  # noqa: PLC0415
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with lifespan(app), _metrics_server(settings, app.state.metrics.registry):
+    async with (
+        running_worker(settings) as metrics,
+        _metrics_server(settings, metrics.registry),
+    ):
         await stop.wait()
 
 
@@ -259,7 +261,7 @@ def _no_cyclic_collection() -> Iterator[None]:
     built: they allocate ~1M objects that all live on, and the collections that allocating
     them set off (full ones among them, each scanning all that came before) took 0.1-0.3 s
     of a process's start on 2 cores. The lifespan collects once and freezes what was built
-    (`app.main._freeze_startup_objects`)."""
+    (`app.kit.startup.freeze_startup_objects`)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -272,9 +274,10 @@ def _no_cyclic_collection() -> Iterator[None]:
 def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from app.kit.auth import Principal, issue_token  # noqa: PLC0415
+    from app.kit.auth import issue_token  # noqa: PLC0415
     from app.kit.http_protocol import BoundedHttpToolsProtocol  # noqa: PLC0415
     from app.kit.observability import configure_logging  # noqa: PLC0415
+    from app.kit.principal import Principal  # noqa: PLC0415
 
     with _no_cyclic_collection():
         from app.main import create_app  # noqa: PLC0415

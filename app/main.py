@@ -4,9 +4,6 @@ routers."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
-import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,11 +13,9 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from app import health, models
+from app import health
 from app.control_plane import router as control_plane_router
-from app.control_plane.offboarding import Offboarder
 from app.conversations import router as conversations_router
-from app.conversations.retention import chat_retention_steps
 from app.docs_pages import install_docs_pages
 from app.enablement import router as enablement_router
 from app.erasure import router as erasure_router
@@ -30,12 +25,10 @@ from app.jobs.wakeup import JobSignal
 from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
 from app.kit.auth import TokenVerifier
-from app.kit.citus import company_tables, runs_citus
-from app.kit.config import Settings, get_settings, to_asyncpg_url, warn_unknown_settings
+from app.kit.citus import runs_citus
+from app.kit.config import Settings, get_settings, warn_unknown_settings
 from app.kit.contract import install_contract
-from app.kit.db import Database, create_database, head_revision, run_migrations
-from app.kit.embedded_pg import EmbeddedPostgres
-from app.kit.errors import install_error_handlers, render_unexpected_error
+from app.kit.db import Database, create_database, head_revision
 from app.kit.jwks import KeyStore
 from app.kit.lean_routes import guard_dependency_overrides
 from app.kit.limits import (
@@ -45,26 +38,27 @@ from app.kit.limits import (
     StreamedLimit,
 )
 from app.kit.observability import Metrics, RequestContextMiddleware
+from app.kit.problems import install_error_handlers, render_unexpected_error
 from app.kit.spool import ReadSlots
+from app.kit.startup import database_url, freeze_startup_objects
 from app.kit.tokens import TokenCounters
-from app.kit.tracing import TracedApp, Tracing
+from app.kit.traced_app import TracedApp, fastapi_telemetry
+from app.kit.tracing import Tracing
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.endpoint import MCP_PATH, McpEndpoint, mcp_route
 from app.portability import router as portability_router
 from app.profiles import router as profiles_router
-from app.profiles.retention import memory_retention_steps
 from app.profiles.versions import VersionPolicy
 from app.quotas.limits import quota_limits
-from app.quotas.maintenance import quota_check_step
 from app.rate_limits import router as rate_limits_router
 from app.rate_limits import service as rate_limits_service
 from app.turns import explicit_router, idempotency
 from app.turns import router as turns_router
 from app.turns.batching import TurnBatcher
-from app.turns.repository import prune_idempotency_keys
 from app.ui import router as ui_router
 from app.usage import router as usage_router
 from app.usage.meter import UsageMeter
+from app.worker_main import consolidation_worker, offboarder, version_policy
 
 if TYPE_CHECKING:
     from app.consolidation.runner import BackgroundWorker
@@ -83,12 +77,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     tracing: Tracing = app.state.tracing
     # before anything can fail: a mistyped DB_* or WORKER_* variable is then in the log too
     warn_unknown_settings(os.environ)
-    embedded: EmbeddedPostgres | None = None
-    url = settings.async_database_url
-    if url is None:
-        embedded = EmbeddedPostgres(settings.embedded_pg_dir)
-        url = to_asyncpg_url(await asyncio.to_thread(embedded.start))
-        await asyncio.to_thread(run_migrations, url)
+    url, embedded = await database_url(settings)
     database = create_database(url, settings)
     app.state.database = database
     app.state.turn_batcher = TurnBatcher(
@@ -127,12 +116,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 database.engine, app.state.rate_limiter, settings.rate_limit_refresh_seconds
             )
         )
-        policy = VersionPolicy(
-            app.state.tokens.stored,
-            settings.memory_max_versions,
-            on_policy_actions=app.state.metrics.observe_memory_policy_actions,
-            users_with_memory_quota=settings.quota_company_users_with_memory,
-        )
+        policy = version_policy(settings, app.state.tokens, app.state.metrics)
         if settings.worker_enabled:
             # its own small pool: claims and heartbeats never wait behind request traffic
             worker_database = create_database(url, settings, pool_size=settings.worker_pool_size)
@@ -140,7 +124,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             worker.start()
         mcp: McpEndpoint = app.state.mcp
         async with mcp.running(database, policy, app.state.rate_limiter, tracing.tracer):
-            _freeze_startup_objects()
+            freeze_startup_objects()
             yield
     finally:
         if overrides is not None:
@@ -157,31 +141,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) -> BackgroundWorker:
-    """The worker `serve` runs beside the API (`WORKER_ENABLED`), with its maintenance steps.
-    The consolidation pipeline is imported here: an API process whose worker is off (its
-    workers run apart) never loads it, nor the model client's SDK."""
-    from app.consolidation.runner import BackgroundWorker  # noqa: PLC0415
-
-    settings: Settings = app.state.settings
+    """The worker `serve` runs beside the API (`WORKER_ENABLED`), with its maintenance steps."""
     tracing: Tracing = app.state.tracing
-    return BackgroundWorker(
+    return consolidation_worker(
         database,
-        settings,
+        app.state.settings,
         app.state.metrics,
         app.state.tokens,
-        tracer=tracing.tracer,
-        instrument_http_client=tracing.instrument_http_client,
-        maintenance=(
-            prune_idempotency_keys,
-            *chat_retention_steps(settings.chat_retention_days),
-            *memory_retention_steps(policy, app.state.metrics),
-            quota_check_step(
-                user_history_messages=settings.quota_user_history_messages,
-                company_storage_bytes=settings.quota_company_storage_bytes,
-                interval_seconds=settings.quota_check_interval_seconds,
-            ),
-            app.state.offboarder.resume_step,
-        ),
+        tracing,
+        policy=policy,
+        offboarder=app.state.offboarder,
     )
 
 
@@ -193,35 +162,6 @@ async def _stop_in_process_worker(
         await worker.stop()
     if database is not None:
         await database.dispose()
-
-
-# Allocations between two collections of the youngest generation (CPython's default: 700). A
-# request allocates a few hundred container objects, nearly all freed by reference counting:
-# at the default the collector ran every other request for little. 20,000 costs at most a few
-# MB more between collections (RSS under wrk: 204-206 MiB either way) and, in the same runs of
-# `make bench`'s harness, cut the server's CPU per turn-save at c=16 by 8-38 % (docs/benchmarks.md).
-YOUNG_GENERATION_THRESHOLD = 20_000
-
-
-def release_free_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc's `malloc_trim`): start-up frees
-    more than it keeps (the token encoding's ranks are read into a dict, handed to the
-    tokenizer and dropped: ~14 MiB), and glibc keeps what it freed mapped until told. Elsewhere
-    (musl, macOS) nothing is done."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _freeze_startup_objects() -> None:
-    """Move everything built at start-up (modules, models, routes, ~170k objects) out of the
-    cyclic collector's view: they live as long as the process, and a full collection that
-    scans them takes 70-200 ms, which every request in flight waits for. Requests' own garbage
-    is collected as before, its youngest generation less often (`YOUNG_GENERATION_THRESHOLD`)."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, older, oldest)
-    release_free_heap()
 
 
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
@@ -239,7 +179,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         docs_url=None,
         redoc_url=None,
         # the server span of each request when tracing is on; a constant check when off
-        telemetry=tracing.fastapi_telemetry(),
+        telemetry=fastapi_telemetry(tracing),
     )
     app.door = tracing.door()
     metrics = Metrics()
@@ -252,10 +192,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
         on_role_dropped=metrics.observe_role_dropped,
     )
     app.state.head_revision = head_revision()
-    # every company table, children first: what an offboarding erases, in that order
-    app.state.offboarder = Offboarder(
-        tuple(table.name for table in reversed(company_tables(models.metadata)))
-    )
+    app.state.offboarder = offboarder()
     app.state.rate_limiter = rate_limits_service.limiter_for(settings)
     app.state.export_slots = ReadSlots(
         settings.export_read_concurrency, settings.export_read_company_concurrency

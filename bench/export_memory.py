@@ -36,9 +36,10 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import Settings, to_asyncpg_url
 from app.kit.db import run_migrations
+from app.kit.principal import Principal
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JWT_SECRET = "bench-only-secret-not-the-development-default"  # noqa: S105 - scratch service

@@ -45,8 +45,9 @@ import asyncpg
 import httpx
 from sqlalchemy import make_url
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import Settings, to_asyncpg_url
+from app.kit.principal import Principal
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.run_bench import finish_waiting_jobs
 from bench.worker_drain import (

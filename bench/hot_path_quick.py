@@ -39,11 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.enablement.repository import enablement_params
 from app.folders import service as folders
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.kit.db import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.observability import configure_logging
+from app.kit.principal import Principal
 from app.kit.tokens import TokenCounters
 from app.main import create_app
 from app.profiles import service as profiles

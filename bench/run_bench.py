@@ -80,8 +80,9 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import Settings
+from app.kit.principal import Principal
 from app.profiles.document import parse
 from bench import explain
 from bench.citus_cluster import BenchCluster

@@ -60,9 +60,9 @@ from sqlalchemy import text
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.folders.acl import ROOT_FOLDER, user_folder_entries, user_folder_path
-from app.kit.auth import Principal
 from app.kit.config import Settings, to_asyncpg_url
 from app.kit.db import create_database, run_migrations
+from app.kit.principal import Principal
 from app.kit.tokens import TokenCounters
 from app.profiles import repository as profiles
 from app.profiles import service as profile_service

@@ -42,11 +42,12 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
 from app.kit.db import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.observability import configure_logging
+from app.kit.principal import Principal
 from app.kit.tracing import Tracing
 from app.main import create_app
 from bench import hot_path_quick as quick

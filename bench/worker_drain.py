@@ -30,8 +30,9 @@ from pydantic import SecretStr
 from sqlalchemy import make_url
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import Settings
+from app.kit.principal import Principal
 from app.main import create_app
 from bench.fixed_latency_llm import FixedLatencyLLM, StubStats
 

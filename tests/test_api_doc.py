@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT
 from app.kit.errors import OTHER_PROBLEMS, PROBLEM_BASE, Conflict, DomainError, ProblemType
+from app.kit.principal import Principal
 from app.main import create_app
 from tests.helpers.apps import make_settings
 from tests.helpers.db import scratch_database

@@ -19,8 +19,9 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, Settings
+from app.kit.principal import Principal
 from app.main import create_app
 from bench import explain
 from bench.run_bench import CONTEXT_QUESTION, JWT_SECRET, plain_dsn

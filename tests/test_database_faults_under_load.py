@@ -28,9 +28,10 @@ import asyncpg
 import httpx
 import pytest
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, Settings
 from app.kit.errors import PROBLEM_CONTENT_TYPE
+from app.kit.principal import Principal
 from tests.helpers.apps import COMPANY, SPACE, TEST_JWT_SECRET, make_settings
 from tests.helpers.polling import wait_until
 from tests.helpers.private_pg import PrivatePostgres

@@ -15,10 +15,12 @@ import pytest
 from asgi_lifespan import LifespanManager
 from sqlalchemy import text
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
-from app.kit.db import SessionDep, run_migrations
+from app.kit.db import run_migrations
+from app.kit.deps import SessionDep
 from app.kit.embedded_pg import EmbeddedPostgres
+from app.kit.principal import Principal
 from app.main import create_app
 from tests.helpers.apps import make_settings
 

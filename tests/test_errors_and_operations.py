@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import text
 
 from app.kit.config import Settings
-from app.kit.db import SessionDep
+from app.kit.deps import SessionDep
 from app.main import create_app
 from tests.helpers.apps import make_settings
 from tests.helpers.db import admin_execute, admin_fetchval

@@ -4,7 +4,8 @@ The openai SDK (~30 MB with its transport) is imported when a model client is bu
 SDK when `/mcp` serves its first request, alembic when migrations run, httpx when there are
 issuers' keys to fetch, the detectors' libraries when a first memory is judged: an API process
 whose worker is off, and its app as `create_app` builds it, load none of them, and the worker
-loads neither the MCP SDK nor alembic. Each check runs in a fresh interpreter, since this one has
+loads neither the MCP SDK nor alembic, nor the web framework and the token library (it serves
+no HTTP and verifies no token). Each check runs in a fresh interpreter, since this one has
 imported everything already. What they save is measured by bench/footprint.py
 (docs/benchmarks.md), not asserted here.
 """
@@ -39,11 +40,12 @@ SECRET = "footprint-test-secret-not-the-development-one"  # a test's own
 
 
 def loaded_after(code: str) -> set[str]:
-    """Which of `LAZY` and of `fastapi` a new interpreter has imported after running `code`."""
+    """Which of `LAZY`, `fastapi` and `jwt` a new interpreter has imported after running
+    `code`."""
     probe = textwrap.dedent(code) + textwrap.dedent(
         f"""
         import json, sys
-        names = {(*LAZY, "fastapi")!r}
+        names = {(*LAZY, "fastapi", "jwt")!r}
         print(json.dumps([name for name in names if name in sys.modules]))
         """
     )
@@ -71,7 +73,7 @@ def test_the_api_app_imports_none_of_them() -> None:
         create_app(settings).openapi()
         """
     )
-    assert loaded == {"fastapi"}
+    assert loaded == {"fastapi", "jwt"}
 
 
 def test_the_cli_imports_nothing_heavy_before_its_command_runs() -> None:
@@ -91,10 +93,10 @@ def test_a_model_client_imports_the_openai_sdk() -> None:
 
 
 @pytest.mark.parametrize("engine", ["rules", "openai"])
-def test_the_worker_command_imports_no_mcp_or_alembic(
+def test_the_worker_command_imports_no_web_framework_mcp_or_alembic(
     engine: str, database_url: str, tmp_path: Path
 ) -> None:
-    """`python -m app worker` up to its first claim: the app's lifespan with the worker on,
+    """`python -m app worker` up to its first claim: the worker's own process (no API app),
     the model client built when one is configured."""
     heartbeat = tmp_path / "heartbeat"
     loaded = loaded_after(
@@ -128,5 +130,5 @@ def test_the_worker_command_imports_no_mcp_or_alembic(
         asyncio.run(until_it_claims())
         """
     )
-    assert not loaded & {"mcp", "mcp_types", "alembic"}
+    assert not loaded & {"mcp", "mcp_types", "alembic", "fastapi", "jwt"}
     assert ("openai" in loaded) == (engine == "openai")

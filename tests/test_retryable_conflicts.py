@@ -18,7 +18,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.kit.contract import PROBLEM_SCHEMAS
-from app.kit.errors import Conflict, DomainError, RetryableConflict, problem_response
+from app.kit.errors import Conflict, DomainError, RetryableConflict
+from app.kit.problems import problem_response
 from app.profiles.document import Section
 from tests.helpers.apps import AuthFactory
 from tests.helpers.db import admin_execute, scalar

@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
 
-from app.kit.auth import Principal, issue_token, verifier_lines
+from app.kit.auth import issue_token, verifier_lines
 from app.kit.config import DEV_JWT_SECRET, PROJECT_ROOT, Settings
+from app.kit.principal import Principal
 from tests.helpers.apps import app_with, client_of
 from tests.helpers.bad_tokens import claims, signed
 from tests.helpers.jwks_server import FakeIssuer, SigningKey, fake_issuer

@@ -8,9 +8,10 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from app.kit.auth import Principal, TokenVerifier, issue_token
+from app.kit.auth import TokenVerifier, issue_token
 from app.kit.config import Settings
 from app.kit.errors import Unauthorized
+from app.kit.principal import Principal
 from tests.helpers.apps import TEST_JWT_SECRET
 
 

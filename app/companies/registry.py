@@ -9,17 +9,14 @@ token names that company) registers it on first use, as `first_use`, with its id
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Final
 
-from fastapi import Depends
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies import repository
 from app.companies.repository import CompanyRecord
-from app.kit.auth import CompanyOperatorDep, Principal
-from app.kit.db import SessionDep
 from app.kit.errors import NotFound
-from app.kit.schemas import CompanyIdPath
+from app.kit.principal import Principal
 
 REGISTERED: Final = "company.registered"
 """The platform event of a registration (`detail`: its origin and display name)."""
@@ -64,20 +61,3 @@ async def known_company(session: AsyncSession, actor: Principal, company_id: str
     if found is None:
         raise UnknownCompany(company_id)
     return found
-
-
-async def _registered_company(
-    company_id: CompanyIdPath, operator: CompanyOperatorDep, session: SessionDep
-) -> str:
-    await known_company(session, operator, company_id)
-    return company_id
-
-
-UNREGISTERED_RESPONSE: Final[dict[int | str, dict[str, Any]]] = {
-    404: {"description": "The company is not registered: register it with POST /v1/companies"}
-}
-"""The documented answer of a route whose company must be registered."""
-
-RegisteredCompanyDep = Annotated[str, Depends(_registered_company)]
-"""An operator route's `company_id`, checked after the role: registered (or registered now by
-its own token), else 404 with the way to register it."""

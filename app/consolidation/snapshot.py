@@ -31,10 +31,10 @@ from app.folders.repository import FOLDER_COLUMNS, folder_joins, folder_node_of
 from app.folders.service import actor_of
 from app.jobs.driver import Statement, driver_connection
 from app.jobs.queue import ClaimedJob, JobRef
-from app.kit.auth import Principal
 from app.kit.db import Database
 from app.kit.errors import NotFound
 from app.kit.llm import resolve_model_name
+from app.kit.principal import Principal
 from app.profiles.document import Profile, empty_profile, parse
 from app.profiles.repository import HEAD_PROFILE_COLUMNS, HEAD_PROFILE_JOINS, stored_profile_of
 from app.usage.budget import BudgetStatus, Period

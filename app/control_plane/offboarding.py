@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.companies import repository as companies
 from app.companies.registry import UnknownCompany
 from app.companies.repository import OffboardingRecord
-from app.kit.auth import Principal
 from app.kit.errors import NotFound
+from app.kit.principal import Principal
 
 logger = logging.getLogger("app.control_plane")
 

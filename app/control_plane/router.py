@@ -22,9 +22,8 @@ from app.erasure.schemas import AnonymisedOut, DeletedOut
 from app.kit.api_tags import OPERATOR
 from app.kit.auth import CompanyOperatorDep, PlatformOperatorDep
 from app.kit.config import ModelPrice, Settings
-from app.kit.db import SessionDep, database
-from app.kit.pagination import Page, PageDep
-from app.kit.schemas import CompanyIdPath
+from app.kit.deps import CompanyIdPath, PageDep, SessionDep, database
+from app.kit.pagination import Page
 
 router = APIRouter()  # full paths, no prefix: metrics label by template
 

@@ -19,11 +19,11 @@ from app.companies import registry
 from app.companies import repository as companies
 from app.companies.repository import CompanyRecord
 from app.erasure.service import Erasure, erase_company_user
-from app.kit.auth import Principal
 from app.kit.citus import across_companies
 from app.kit.config import ModelPrice
 from app.kit.errors import Conflict
 from app.kit.pagination import Page, PageRequest, page_of
+from app.kit.principal import Principal
 from app.profiles.repository import count_users_with_memory
 from app.usage import repository as usage
 from app.usage.schemas import UsageTotalsOut

@@ -19,7 +19,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.conversations.modes import Message, MessageSource, Role
-from app.kit.auth import Principal
 from app.kit.citus import (
     HOLD_COMPANY_SHARDS_SQL,
     across_companies,
@@ -27,6 +26,7 @@ from app.kit.citus import (
     on_company_node,
 )
 from app.kit.db import positional
+from app.kit.principal import Principal
 
 
 @dataclass(frozen=True)

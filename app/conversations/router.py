@@ -8,8 +8,8 @@ from app.conversations import service
 from app.conversations.schemas import ChatIdPath, StoredMessageOut
 from app.kit.api_tags import ORCHESTRATOR
 from app.kit.auth import PrincipalDep
-from app.kit.db import SessionDep
-from app.kit.pagination import Page, PageDep
+from app.kit.deps import PageDep, SessionDep
+from app.kit.pagination import Page
 
 router = APIRouter(tags=[ORCHESTRATOR])
 

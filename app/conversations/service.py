@@ -6,9 +6,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.conversations import repository
 from app.conversations.schemas import StoredMessageOut
-from app.kit.auth import Principal
 from app.kit.errors import NotFound
 from app.kit.pagination import Page, PageRequest, page_of
+from app.kit.principal import Principal
 
 
 async def list_chat_messages(

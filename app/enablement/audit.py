@@ -16,7 +16,7 @@ from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement.models import AuditEvent
-from app.kit.auth import Principal
+from app.kit.principal import Principal
 
 JsonObject = Mapping[str, object]
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
+from app.companies.dependencies import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.enablement import service
 from app.enablement.decision import FLAG_CONTEXT_MEMORY, KNOWN_FLAGS
 from app.enablement.schemas import (
@@ -24,10 +24,11 @@ from app.enablement.schemas import (
     SpaceSettingsOut,
 )
 from app.kit.api_tags import OPERATOR, SPACE_ADMIN, USER
-from app.kit.auth import CompanyOperatorDep, Principal, PrincipalDep, require_role
-from app.kit.db import SessionDep
-from app.kit.pagination import Page, PageDep
-from app.kit.schemas import IDENTIFIER_PATTERN, CompanyIdPath
+from app.kit.auth import CompanyOperatorDep, PrincipalDep, require_role
+from app.kit.deps import CompanyIdPath, PageDep, SessionDep
+from app.kit.pagination import Page
+from app.kit.principal import Principal
+from app.kit.schemas import IDENTIFIER_PATTERN
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 

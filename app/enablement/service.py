@@ -31,9 +31,9 @@ from app.enablement.memory_policy_repository import actions_json
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.folders import service as folders
-from app.kit.auth import Principal
 from app.kit.errors import RetryableConflict, Unprocessable
 from app.kit.pagination import Page, PageRequest, page_of
+from app.kit.principal import Principal
 
 SPACE_ENABLED_REASON = (
     "Context memory is enabled for this space; each user can still turn it off for themselves."

@@ -8,7 +8,7 @@ from app.erasure import service
 from app.erasure.schemas import ErasureOut
 from app.kit.api_tags import USER
 from app.kit.auth import PrincipalDep
-from app.kit.db import SessionDep
+from app.kit.deps import SessionDep
 
 router = APIRouter(tags=[USER])  # beside GET /v1/me; full paths, no prefix
 

@@ -36,8 +36,8 @@ from app.conversations.repository import delete_user_history, lock_user_history
 from app.enablement import audit
 from app.enablement.repository import anonymise_editor, delete_user_setting
 from app.jobs.repository import delete_every_user_job
-from app.kit.auth import Principal
 from app.kit.citus import across_companies
+from app.kit.principal import Principal
 from app.profiles.switch import delete_user_memory, lock_user_memory
 from app.quotas.repository import delete_user_marks
 from app.rate_limits import repository as rate_limits_repository

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends
 from app.folders import service
 from app.folders.schemas import FolderOut
 from app.kit.api_tags import SPACE_ADMIN
-from app.kit.auth import Principal, PrincipalDep, require_operator_or_company_admin, role_check
-from app.kit.db import SessionDep
-from app.kit.schemas import CompanyIdPath
+from app.kit.auth import PrincipalDep, require_operator_or_company_admin, role_check
+from app.kit.deps import CompanyIdPath, SessionDep
+from app.kit.principal import Principal
 
 router = APIRouter(tags=[SPACE_ADMIN])  # full paths, no prefix: metrics label by template
 

@@ -23,8 +23,8 @@ from app.folders.acl import (
     user_folder_entries,
     user_folder_path,
 )
-from app.kit.auth import Principal
 from app.kit.errors import Forbidden, NotFound, QuotaExceeded
+from app.kit.principal import Principal
 from app.quotas.rule import users_with_memory_detail
 
 

@@ -13,10 +13,9 @@ from app.jobs.queue import JobStatus
 from app.jobs.schemas import JobSummary, JobView
 from app.kit.api_tags import OPERATOR, USER
 from app.kit.auth import CompanyOperatorDep, PrincipalDep
-from app.kit.db import SessionDep
+from app.kit.deps import CompanyIdPath, PageDep, SessionDep
 from app.kit.errors import NotFound
-from app.kit.pagination import Page, PageDep
-from app.kit.schemas import CompanyIdPath
+from app.kit.pagination import Page
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
 

@@ -21,7 +21,6 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
 import jwt
@@ -32,17 +31,13 @@ from pydantic import BaseModel
 
 from app.kit.api_tags import USER
 from app.kit.config import IssuerConfig, Settings
+from app.kit.deps import CompanyIdPath
 from app.kit.errors import Forbidden, NotFound, Unauthorized
 from app.kit.jwks import JwkDict, KeyStore
-from app.kit.schemas import CompanyIdPath
+from app.kit.principal import COMPANY_OPERATOR_ROLE, KNOWN_ROLES, PLATFORM_ROLE, Principal
 
 logger = logging.getLogger(__name__)
 
-KNOWN_ROLES = frozenset({"space_admin", "company_operator", "operator"})
-PLATFORM_ROLE: Final = "operator"
-COMPANY_OPERATOR_ROLE: Final = "company_operator"
-"""An operator of the token's own company only: its users' erasure requests, its spaces and its
-record; a company's own issuer may grant it (it is no `operator`, which acts on any company)."""
 # what a decode may raise for a token it refuses (PyJWT's own, and what a malformed key or
 # claim raises inside it)
 _DECODE_ERRORS: Final = (jwt.PyJWTError, ValueError, TypeError, KeyError, OverflowError)
@@ -67,18 +62,6 @@ RoleDropObserver = Callable[[str, str], None]
 """Called with (issuer, role) for a role an issuer may not grant (`operator` of a company
 issuer, or of the static key when it is not platform), which the principal does not get; the
 static key's issuer is JWT_ISSUER."""
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who the verified token says the caller is."""
-
-    user_id: str
-    company_id: str
-    roles: frozenset[str]
-
-    def has_role(self, role: str) -> bool:
-        return role in self.roles
 
 
 class TokenVerifier:

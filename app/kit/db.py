@@ -1,8 +1,6 @@
-"""Database plumbing: declarative Base, the engine, the per-request transaction, migrations.
-
-A request gets one transaction from `SessionDep`; it is committed after the route returns and
-*before* the response is sent (`Depends(scope="function")`), so a failed commit can never reach
-the client as a 2xx. The two calls of every chat turn skip the session machinery: they run
+"""Database plumbing: declarative Base, the engine, the driver pool, migrations. Free of the
+web framework: the worker runs on it alone. A request's transaction (`SessionDep`) is in
+`app/kit/deps.py`; the two calls of every chat turn skip the session machinery: they run
 prepared statements on a driver connection (`DriverPool`), see `app/turns/`.
 """
 
@@ -15,10 +13,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
-from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, event, exc, make_url, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import (
@@ -292,20 +289,6 @@ def positional(sql: str) -> tuple[str, tuple[str, ...]]:
 
 
 _ASYNCPG = make_url("postgresql+asyncpg://").get_dialect()()  # the dialect create_database uses
-
-
-def database(request: Request) -> Database:
-    db: Database = request.app.state.database
-    return db
-
-
-async def _request_session(request: Request) -> AsyncIterator[AsyncSession]:
-    """One transaction per request: commit on success, roll back on any error."""
-    async with database(request).sessionmaker() as session, session.begin():
-        yield session
-
-
-SessionDep = Annotated[AsyncSession, Depends(_request_session, scope="function")]
 
 
 # the server is going away or gone, or cannot write (25006 read_only_sql_transaction: the host

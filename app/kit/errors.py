@@ -1,27 +1,13 @@
-"""Typed domain errors and the one renderer of RFC 9457 problem+json responses."""
+"""Typed domain errors and their problem types, free of the web framework (the worker raises and
+reads them too); `app/kit/problems.py` renders them as RFC 9457 problem+json."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
-
-import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import iter_route_contexts
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
-from starlette.routing import compile_path
-
-from app.kit.db import is_database_unavailable
-from app.kit.observability import current_request_id
-from app.kit.tracing import trace_ids
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, NamedTuple
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:context-memory:problem:"
-
-logger = logging.getLogger("app.kit.errors")
 
 
 class ProblemType(NamedTuple):
@@ -179,111 +165,3 @@ HTTP_ERROR = ProblemType(400, "HTTP error", "http")
 """Any other error the framework raises (a body it cannot parse: 400), with that error's status."""
 OTHER_PROBLEMS = (INTERNAL_ERROR, METHOD_NOT_ALLOWED, HTTP_ERROR)
 """The problem types rendered besides those of `DomainError` and its subclasses."""
-
-
-def problem_response(
-    problem: ProblemType,
-    detail: str,
-    *,
-    errors: Sequence[Mapping[str, object]] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Response:
-    """The one renderer: RFC 9457 problem+json with the request id, the trace id (when the
-    request is traced and sampled) and the offending fields; on every 409, `retryable`, so a
-    client tells a conflict worth sending again from one that is not without knowing types."""
-    status = problem.status
-    body: dict[str, Any] = {
-        "type": PROBLEM_BASE + problem.slug,
-        "title": problem.title,
-        "status": status,
-        "detail": detail,
-    }
-    if status == Conflict.status:
-        body["retryable"] = problem.retryable
-    request_id = current_request_id()
-    if request_id:
-        body["request_id"] = request_id
-    traced = trace_ids()
-    if traced is not None:
-        body["trace_id"] = traced[0]
-    if errors:
-        body["errors"] = list(errors)
-    return Response(
-        orjson.dumps(body), status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers
-    )
-
-
-def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
-    """Offending fields without echoing the input back (it may be user text)."""
-    out: list[dict[str, object]] = []
-    for err in exc.errors():
-        loc = [str(part) for part in err.get("loc", ())]
-        out.append(
-            {"field": ".".join(loc), "message": str(err.get("msg", "")), "type": err.get("type")}
-        )
-    return out
-
-
-_HTTP_PROBLEMS = {404: NotFound.problem_type(), 405: METHOD_NOT_ALLOWED}
-
-
-def render_unexpected_error(
-    exc: BaseException, *, retry_after_seconds: int, on_unavailable: Callable[[], None]
-) -> Response:
-    """The last resort (called by the request middleware, so the request id header and the
-    metrics cover it): 503 + Retry-After when the database is unreachable, else an opaque 500."""
-    if is_database_unavailable(exc):
-        on_unavailable()
-        logger.warning("database unavailable: %s", type(exc).__name__)
-        return problem_response(
-            ServiceUnavailable.problem_type(),
-            "The database is unavailable; retry later.",
-            headers={"Retry-After": str(retry_after_seconds)},
-        )
-    logger.error("unhandled error", exc_info=exc)
-    return problem_response(
-        INTERNAL_ERROR, "An unexpected error occurred; quote the request id when reporting it."
-    )
-
-
-def _allowed_methods(request: Request) -> str:
-    """Every method of every route of the request's path: Starlette's 405 names only the
-    methods of the first route that matched the path (`GET` and `PATCH` are two routes)."""
-    path = request.scope.get("path", "")
-    methods: set[str] = set()
-    for context in iter_route_contexts(request.app.routes):
-        route_methods = getattr(context.original_route, "methods", None)
-        if context.path and route_methods and compile_path(context.path)[0].match(path):
-            methods |= set(route_methods)
-    return ", ".join(sorted(methods))
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    async def domain_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, DomainError)
-        return problem_response(
-            exc.problem_type(), exc.detail, errors=exc.errors, headers=exc.headers
-        )
-
-    async def validation_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        return problem_response(
-            Unprocessable.problem_type(),
-            "The request is invalid; see errors for the offending fields.",
-            errors=_validation_errors(exc),
-        )
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        problem = _HTTP_PROBLEMS.get(exc.status_code, HTTP_ERROR._replace(status=exc.status_code))
-        detail = exc.detail if isinstance(exc.detail, str) else problem.title
-        if exc.status_code == 404:
-            detail = "No such resource."
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            headers["Allow"] = _allowed_methods(request)
-        return problem_response(problem, detail, headers=headers)
-
-    app.add_exception_handler(DomainError, domain_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(StarletteHTTPException, http_error)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.kit.errors import HeaderFieldsTooLarge, PayloadTooLarge, RequestTimeout, problem_response
+from app.kit.errors import HeaderFieldsTooLarge, PayloadTooLarge, RequestTimeout
+from app.kit.problems import problem_response
 
 _CLOSE = {"Connection": "close"}
 

@@ -14,11 +14,10 @@ import binascii
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 from uuid import UUID
 
 import orjson
-from fastapi import Depends, Query
 from pydantic import BaseModel
 
 from app.kit.errors import Unprocessable
@@ -26,7 +25,7 @@ from app.kit.errors import Unprocessable
 T = TypeVar("T")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
-_MAX_CURSOR_CHARS = 512
+MAX_CURSOR_CHARS = 512
 INTEGER_MAX: Final = 2**31 - 1
 """The largest value of a PostgreSQL `integer` column (a version number)."""
 BIGINT_MAX: Final = 2**63 - 1
@@ -44,7 +43,7 @@ def encode_cursor(position: dict[str, Any]) -> str:
 
 def decode_cursor(cursor: str) -> dict[str, Any]:
     try:
-        if len(cursor) > _MAX_CURSOR_CHARS:
+        if len(cursor) > MAX_CURSOR_CHARS:
             raise ValueError("too long")
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         value = orjson.loads(raw)
@@ -121,18 +120,6 @@ class PageRequest:
 
 def _invalid_cursor() -> Unprocessable:
     return Unprocessable.field("query.cursor", "The cursor is not valid.")
-
-
-async def _page_request(
-    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size")] = DEFAULT_LIMIT,
-    cursor: Annotated[
-        str | None, Query(max_length=_MAX_CURSOR_CHARS, description="From `next_cursor`")
-    ] = None,
-) -> PageRequest:
-    return PageRequest(limit=limit, position=decode_cursor(cursor) if cursor else None)
-
-
-PageDep = Annotated[PageRequest, Depends(_page_request)]
 
 
 def page_of(items: list[T], limit: int, position_of: Callable[[T], dict[str, Any]]) -> Page[T]:

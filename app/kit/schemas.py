@@ -1,11 +1,10 @@
-"""Schema types every domain shares: the identifier rule, the `company_id` path parameter, and
-`Schema`, the base of the response bodies built from domain objects."""
+"""Schema types every domain shares: the identifier rules and `Schema`, the base of the response
+bodies built from domain objects (the `company_id` path parameter is in app/kit/deps.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
-from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 IDENTIFIER_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -19,20 +18,6 @@ PostgreSQL text holds no NUL), 1..128 of them."""
 Identifier = Annotated[str, Field(pattern=IDENTIFIER_PATTERN)]
 """A body field or tool argument held to `IDENTIFIER_PATTERN` (path and query parameters state
 the pattern in their own `Path`/`Query`, which FastAPI reads instead of a `Field`)."""
-
-
-def company_id_path(example: str, summary: str) -> Any:
-    """The `company_id` of an operator's route, with the example its documentation shows."""
-    return Path(
-        min_length=1,
-        max_length=128,
-        pattern=COMPANY_ID_PATTERN,
-        description="The company, as the tokens of its users name it (`company_id`)",
-        openapi_examples={"company": {"summary": summary, "value": example}},
-    )
-
-
-CompanyIdPath = Annotated[str, company_id_path("acme", "The development company")]
 
 
 class Schema(BaseModel):

@@ -27,12 +27,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
-from fastapi import FastAPI
-from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from opentelemetry.trace import Link, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from starlette.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -194,20 +191,6 @@ class Tracing:
     def enabled(self) -> bool:
         return self.provider is not None
 
-    def fastapi_telemetry(self) -> TelemetryConfig:
-        """FastAPI's own telemetry: the server span of each request when on (nothing else:
-        metrics are Prometheus', logs are ours, and no span per dependency); entirely off
-        otherwise, which leaves one constant check per request."""
-        return {
-            "tracer_provider": self.provider,
-            "tracing": self.enabled,
-            "metrics": False,
-            "logs": False,
-            "operation_spans": False,
-            "auto_configure": False,
-            "exclude": None,  # `TracedApp` asks the door before FastAPI's telemetry runs
-        }
-
     def door(self) -> Callable[[MutableMapping[str, Any]], bool] | None:
         """When on: whether a request is left untraced (see `TracedApp`)."""
         if self.provider is None:
@@ -241,20 +224,3 @@ class Tracing:
         from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor  # noqa: PLC0415
 
         HTTPX2ClientInstrumentor.instrument_client(client, tracer_provider=self.provider)  # type: ignore[arg-type]
-
-
-# --- the door (see app.kit.tracing_sdk) -------------------------------------------------------
-
-
-class TracedApp(FastAPI):
-    """FastAPI, with the door in front of its telemetry: a request the door leaves untraced
-    reaches the app marked as one FastAPI's telemetry must not observe (its own mark, the one
-    its `exclude` hook sets), so FastAPI skips its telemetry as it does with tracing off."""
-
-    door: Callable[[MutableMapping[str, Any]], bool] | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        door = self.door
-        if door is not None and scope["type"] == "http" and door(scope):
-            scope["fastapi.telemetry"] = None
-        await super().__call__(scope, receive, send)

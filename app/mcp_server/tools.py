@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement import service as enablement
 from app.enablement.schemas import DecisionOut
-from app.kit.auth import Principal
 from app.kit.db import Database
 from app.kit.errors import (
     DomainError,
@@ -38,6 +37,7 @@ from app.kit.errors import (
     Unprocessable,
 )
 from app.kit.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
+from app.kit.principal import Principal
 from app.kit.schemas import Identifier
 from app.kit.tracing import NO_TRACER
 from app.profiles import service

@@ -22,8 +22,8 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.enablement import audit
-from app.kit.auth import Principal
 from app.kit.db import Database
+from app.kit.principal import Principal
 from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.kit.spool import Spool
 from app.portability import repository

@@ -32,9 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies.registry import register_company
 from app.enablement import audit
-from app.kit.auth import Principal
 from app.kit.db import is_database_unavailable
 from app.kit.errors import Conflict, Unprocessable
+from app.kit.principal import Principal
 from app.portability import repository
 from app.portability.format import (
     MAX_LINE_BYTES,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kit.auth import Principal
 from app.kit.errors import Unprocessable
+from app.kit.principal import Principal
 from app.profiles import repository as profile_repository
 from app.profiles import service as profiles
 from app.profiles.service import WriteOutcome

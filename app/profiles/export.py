@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncResult, AsyncSession
 from app.enablement.audit import AuditRecord
 from app.folders import service as folders
 from app.folders.acl import Permission
-from app.kit.auth import Principal
 from app.kit.db import Database
 from app.kit.errors import NotFound, TooManyRequests
+from app.kit.principal import Principal
 from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.kit.spool import ReadSlot, ReadSlots, Spool
 from app.profiles import export_repository, repository

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.folders import repository as folder_repository
 from app.folders import service as folders
 from app.folders.acl import Permission, user_folder_path
-from app.kit.auth import Principal
 from app.kit.errors import Conflict, NotFound, PreconditionFailed
 from app.kit.pagination import Page, PageRequest
+from app.kit.principal import Principal
 from app.profiles import repository
 from app.profiles.document import (
     Profile,

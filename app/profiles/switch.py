@@ -14,7 +14,7 @@ from app.enablement import audit
 from app.enablement import repository as settings
 from app.folders import service as folders
 from app.jobs.repository import delete_user_jobs
-from app.kit.auth import Principal
+from app.kit.principal import Principal
 from app.profiles import repository
 
 

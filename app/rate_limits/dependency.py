@@ -16,10 +16,11 @@ from typing import Final
 
 from fastapi import Request
 
-from app.kit.auth import Principal, PrincipalDep, principal_of
+from app.kit.auth import PrincipalDep, principal_of
 from app.kit.contract import RATE_LIMITS
 from app.kit.errors import TooManyRequests
 from app.kit.observability import RATE_LIMIT_HEADERS_KEY, Metrics
+from app.kit.principal import Principal
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.policy import RouteClass
 

@@ -6,11 +6,10 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Request
 
-from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
+from app.companies.dependencies import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
 from app.kit.auth import CompanyOperatorDep
-from app.kit.db import SessionDep
-from app.kit.schemas import CompanyIdPath
+from app.kit.deps import CompanyIdPath, SessionDep
 from app.rate_limits import service
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.schemas import RateLimitsIn, RateLimitsOut

@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.enablement import audit
 from app.enablement.audit import Actor, changed_fields
-from app.kit.auth import Principal
 from app.kit.config import Settings
+from app.kit.principal import Principal
 from app.rate_limits import repository
 from app.rate_limits.limiter import NO_LIMITS, Overrides, RateLimiter
 from app.rate_limits.policy import ClassLimits, Limit, RouteClass, Scope, in_force

@@ -33,10 +33,10 @@ from app.folders.acl import Permission, is_allowed
 from app.folders.service import actor_of
 from app.jobs.enqueue import NewJob, enqueue_job_once
 from app.jobs.queue import JobPayload
-from app.kit.auth import Principal
 from app.kit.citus import runs_citus
 from app.kit.config import Settings
 from app.kit.db import Database
+from app.kit.principal import Principal
 from app.kit.tokens import TokenCounter, TokenCounters, utf8_bound
 from app.kit.tracing import current_traceparent
 from app.profiles.document import ProfileFormatError

@@ -18,9 +18,9 @@ from app.conversations.modes import HistoryMode
 from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
-from app.kit.auth import Principal
 from app.kit.config import Settings
 from app.kit.db import Database
+from app.kit.principal import Principal
 from app.kit.tracing import current_traceparent
 from app.turns.save import TurnSubmission, save_turn
 from app.turns.schemas import TurnRequest

@@ -62,10 +62,10 @@ from app.jobs.enqueue import (
     enqueue_params,
     waiting_params,
 )
-from app.kit.auth import Principal
 from app.kit.citus import HOLD_COMPANY_SHARDS_SQL, across_companies, on_company_node
 from app.kit.db import positional
 from app.kit.errors import RetryableConflict
+from app.kit.principal import Principal
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
     HEAD_PROFILE_FOLDER_ID,

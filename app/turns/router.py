@@ -15,10 +15,12 @@ from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 from app.conversations.schemas import ChatIdPath
 from app.jobs.wakeup import JobSignal
 from app.kit.api_tags import ORCHESTRATOR
-from app.kit.auth import Principal, PrincipalDep, current_principal, principal_of
+from app.kit.auth import PrincipalDep, current_principal, principal_of
 from app.kit.config import Settings
-from app.kit.db import Database, database
+from app.kit.db import Database
+from app.kit.deps import database
 from app.kit.lean_routes import LeanRoute, Provider
+from app.kit.principal import Principal
 from app.kit.tokens import TokenCounters
 from app.kit.tracing import current_traceparent
 from app.rate_limits.dependency import lean_provider, rate_limited, remember_principal
@@ -26,7 +28,7 @@ from app.rate_limits.policy import RouteClass
 from app.turns import context, idempotency, save
 from app.turns.batching import TurnBatcher
 from app.turns.schemas import ContextRequest, ContextResponse, TurnRequest, TurnSaved
-from app.usage.meter import UsageMeterDep, usage_meter
+from app.usage.dependencies import UsageMeterDep, usage_meter
 
 # Dependencies are `async def`: FastAPI runs plain `def` dependencies in a worker thread.
 

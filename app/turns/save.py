@@ -46,11 +46,11 @@ from app.conversations.modes import SavedMessage
 from app.conversations.schemas import check_message_limits
 from app.folders.service import ensure_user_folder
 from app.jobs.enqueue import CoalescedItem, NewJob
-from app.kit.auth import Principal
 from app.kit.citus import runs_citus
 from app.kit.config import Settings
 from app.kit.db import Database
 from app.kit.errors import Conflict, Forbidden, QuotaExceeded, RetryableConflict, Unprocessable
+from app.kit.principal import Principal
 from app.quotas.limits import quota_limits
 from app.quotas.rule import (
     NEW_JOB,

@@ -20,9 +20,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, date, datetime
-from typing import Annotated
-
-from fastapi import Depends, Request
 
 from app.kit.db import Database
 from app.usage import repository
@@ -140,12 +137,3 @@ class UsageMeter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.flush_seconds)
             await self.flush()
-
-
-async def usage_meter(request: Request) -> UsageMeter:
-    """Dependency (and `LeanRoute` provider): the process's meter, made by the lifespan."""
-    meter: UsageMeter = request.app.state.usage_meter
-    return meter
-
-
-UsageMeterDep = Annotated[UsageMeter, Depends(usage_meter)]

@@ -7,12 +7,11 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 
-from app.companies.registry import UNREGISTERED_RESPONSE, RegisteredCompanyDep
+from app.companies.dependencies import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
 from app.kit.auth import CompanyOperatorDep
 from app.kit.config import ModelPrice, Settings
-from app.kit.db import SessionDep
-from app.kit.schemas import CompanyIdPath
+from app.kit.deps import CompanyIdPath, SessionDep
 from app.usage import service
 from app.usage.budget import Budget
 from app.usage.schemas import ModelBudgetIn, ModelBudgetOut, UsageReportOut

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.enablement import audit
 from app.enablement.audit import Actor, changed_fields
 from app.jobs.lifecycle import bring_forward
-from app.kit.auth import Principal
 from app.kit.config import ModelPrice
 from app.kit.errors import Unprocessable
+from app.kit.principal import Principal
 from app.usage import repository
 from app.usage.budget import Budget, BudgetStatus, period_of
 from app.usage.report import usage_report

@@ -15,7 +15,7 @@ from app.consolidation.pipeline import FINISH_STATEMENTS
 from app.folders import service as folders
 from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import JOBS, ClaimedJob
-from app.kit.auth import Principal
+from app.kit.principal import Principal
 from app.profiles import repository as profiles
 from app.profiles import service as profile_service
 from app.profiles.document import Frontmatter, Profile, Section

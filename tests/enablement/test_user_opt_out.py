@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.enablement.service import load_enablement
 from app.folders import service as folders
-from app.kit.auth import Principal
+from app.kit.principal import Principal
 from app.profiles import service as profiles
 from app.profiles.switch import lock_user_memory
 from tests.helpers.apps import AuthFactory

@@ -21,8 +21,8 @@ from app.folders.acl import (
     root_group_id,
     user_folder,
 )
-from app.kit.auth import Principal
 from app.kit.errors import Forbidden, NotFound
+from app.kit.principal import Principal
 from app.profiles import service as profiles
 from tests.helpers.db import scalar, sessions
 

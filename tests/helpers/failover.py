@@ -25,9 +25,10 @@ import asyncpg
 import httpx
 import pytest
 
-from app.kit.auth import Principal, issue_token
+from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT
 from app.kit.errors import PROBLEM_CONTENT_TYPE
+from app.kit.principal import Principal
 from tests.helpers import polling
 from tests.helpers.apps import COMPANY, SPACE, TEST_JWT_SECRET, make_settings
 from tests.helpers.replicated_pg import free_port

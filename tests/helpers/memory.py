@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.folders import service as folders
-from app.kit.auth import Principal
+from app.kit.principal import Principal
 from app.profiles import service as profiles
 from app.profiles.document import Frontmatter, Section, render, render_body
 from tests.helpers.apps import COMPANY, USER, AuthFactory

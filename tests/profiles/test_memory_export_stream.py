@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from sqlalchemy import text
 
-from app.kit.auth import Principal
 from app.kit.errors import PROBLEM_CONTENT_TYPE
+from app.kit.principal import Principal
 from app.kit.spool import ReadSlots, Spool
 from app.main import create_app
 from app.profiles.document import Section

@@ -14,8 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.folders import service as folders
-from app.kit.auth import Principal
 from app.kit.errors import NotFound, PreconditionFailed, PreconditionRequired
+from app.kit.principal import Principal
 from app.profiles import repository, service
 from app.profiles.document import (
     Frontmatter,

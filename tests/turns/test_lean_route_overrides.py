@@ -19,7 +19,7 @@ from app.kit.auth import _bearer_scheme, current_principal
 from app.kit.lean_routes import IgnoredOverride, LeanRoute, Provider, guard_dependency_overrides
 from app.main import create_app
 from app.turns import router as turns_router
-from app.usage.meter import usage_meter
+from app.usage.dependencies import usage_meter
 from tests.helpers.apps import AuthFactory, make_settings
 from tests.helpers.jobs import enqueue
 
@@ -37,7 +37,7 @@ async def _replacement() -> object:
     [
         (current_principal, (CONTEXT, TURNS), "app.turns.router._principal"),
         (_bearer_scheme, (CONTEXT, TURNS), "app.turns.router._principal"),
-        (usage_meter, (CONTEXT, TURNS), "app.usage.meter.usage_meter"),
+        (usage_meter, (CONTEXT, TURNS), "app.usage.dependencies.usage_meter"),
         (turns_router._tokens, (CONTEXT,), "app.turns.router._tokens"),
         (turns_router._idempotency_key, (TURNS,), "app.turns.router._idempotency_key"),
         (turns_router.limit_turns, (TURNS,), "app.rate_limits.dependency.provide"),
