@@ -1,9 +1,14 @@
 """The OTLP wire encoder writes, byte for byte, what the SDK's OTLP encoder writes, whatever the
 spans hold; its caches stay bounded; and the exporter built on it is what the service exports
-with, posting payloads a collector decodes."""
+with, posting payloads a collector decodes, with the SDK exporter's guards: a batch that cannot
+be encoded or is over the size limit fails alone, a busy collector is retried, shutdown ends a
+retry's wait, and each batch is counted in the exporter metrics."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -11,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -188,3 +195,156 @@ def test_the_service_exports_with_it_and_a_collector_decodes_the_spans(
     assert {kv.key: kv.value.int_value for kv in server_span.attributes} == {
         "http.response.status_code": 202
     }
+
+
+# --- the SDK exporter's guards ----------------------------------------------------------------
+
+
+def _batch(provider: TracerProvider, exporter: _Kept, requests: int) -> list[ReadableSpan]:
+    """`requests` traced requests' spans: a server span and two statement spans each."""
+    tracer = provider.get_tracer("batch")
+    exporter.spans.clear()
+    for n in range(requests):
+        with tracer.start_as_current_span(
+            "POST /v1/chats/{chat_id}/turns",
+            kind=SpanKind.SERVER,
+            attributes={"http.route": "/v1/chats/{chat_id}/turns", "url.path": f"/v1/chats/{n}"},
+        ):
+            for statement in ("SELECT", "INSERT"):
+                with tracer.start_as_current_span(
+                    statement,
+                    kind=SpanKind.CLIENT,
+                    attributes={"db.system": "postgresql", "db.statement": f"{statement} 1"},
+                ):
+                    pass
+    return list(exporter.spans)
+
+
+def _unencodable(span: ReadableSpan) -> ReadableSpan:
+    """`span` with an attribute value no OTLP `AnyValue` can hold (the SDK's span would have
+    refused it; a span built by hand, as the redaction builds them, is not checked)."""
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes={"context_memory.odd": object()},  # type: ignore[dict-item]
+        kind=span.kind,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def test_a_batch_that_cannot_be_encoded_fails_alone_and_is_logged(
+    kept: tuple[TracerProvider, _Kept], caplog: pytest.LogCaptureFixture
+) -> None:
+    provider, exporter = kept
+    spans = _batch(provider, exporter, 3)
+    with OtlpReceiver() as receiver:
+        otlp = OtlpHttpSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")
+        with caplog.at_level(logging.ERROR, logger="app.kit.otlp_wire"):
+            assert otlp.export([*spans, _unencodable(spans[0])]) is SpanExportResult.FAILURE
+        assert "Failed to encode span batch" in caplog.text
+        assert otlp.export(spans) is SpanExportResult.SUCCESS  # the next batch goes
+        otlp.shutdown()
+        assert [status for _, status in receiver.posts] == [200]
+        assert len(receiver.spans()) == len(spans)
+
+
+def test_a_batch_over_the_request_size_limit_is_dropped_whole(
+    kept: tuple[TracerProvider, _Kept], caplog: pytest.LogCaptureFixture
+) -> None:
+    provider, exporter = kept
+    spans = _batch(provider, exporter, 171)  # 513 spans
+    size = len(TraceRequestEncoder().encode(spans))
+    with OtlpReceiver() as receiver:
+        endpoint = f"{receiver.endpoint}/v1/traces"
+        over = OtlpHttpSpanExporter(endpoint=endpoint, max_request_size=size - 1)
+        with caplog.at_level(logging.WARNING, logger="app.kit.otlp_wire"):
+            assert over.export(spans) is SpanExportResult.FAILURE
+        assert f"serialized size {size} bytes exceeds max_request_size {size - 1}" in caplog.text
+        assert over.export(spans[:3]) is SpanExportResult.SUCCESS
+        at = OtlpHttpSpanExporter(endpoint=endpoint, max_request_size=size)
+        assert at.export(spans) is SpanExportResult.SUCCESS
+        for otlp in (over, at):
+            otlp.shutdown()
+        assert len(receiver.posts) == 2
+        assert len(receiver.spans()) == 3 + len(spans)
+
+
+def test_a_busy_collector_is_asked_again_after_a_backoff(
+    kept: tuple[TracerProvider, _Kept],
+) -> None:
+    provider, exporter = kept
+    spans = _batch(provider, exporter, 2)
+    with OtlpReceiver() as receiver:
+        receiver.answer_next(503)
+        otlp = OtlpHttpSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")
+        assert otlp.export(spans) is SpanExportResult.SUCCESS
+        otlp.shutdown()
+        (refused, refused_status), (accepted, accepted_status) = receiver.posts
+        assert (refused_status, accepted_status) == (503, 200)
+        assert accepted - refused >= 0.75  # the first backoff: 1 s, with 20 % jitter
+        assert len(receiver.spans()) == len(spans)
+
+
+def test_shutdown_ends_a_retrys_wait_and_later_batches_are_refused(
+    kept: tuple[TracerProvider, _Kept],
+) -> None:
+    provider, exporter = kept
+    spans = _batch(provider, exporter, 2)
+    with OtlpReceiver() as receiver:
+        receiver.answer_next(503, times=5, retry_after="20")
+        otlp = OtlpHttpSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces", timeout=60)
+        results: list[SpanExportResult] = []
+        exporting = threading.Thread(target=lambda: results.append(otlp.export(spans)))
+        exporting.start()
+        receiver.wait_for_posts(1)  # refused: the exporter now waits 20 s to try again
+        asked = time.monotonic()
+        otlp.shutdown()
+        exporting.join(timeout=10)
+        assert not exporting.is_alive()
+        assert time.monotonic() - asked < 5
+        assert results == [SpanExportResult.FAILURE]
+        assert otlp.export(spans) is SpanExportResult.FAILURE
+        assert [status for _, status in receiver.posts] == [503]
+
+
+def _exported(reader: InMemoryMetricReader) -> dict[str | None, int]:
+    """`otel.sdk.exporter.span.exported`'s count by `error.type` (None: exported)."""
+    data = reader.get_metrics_data()
+    assert data is not None
+    counts: dict[str | None, int] = {}
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name == "otel.sdk.exporter.span.exported":
+                    for point in metric.data.data_points:
+                        error = (point.attributes or {}).get("error.type")
+                        key = None if error is None else str(error)
+                        counts[key] = counts.get(key, 0) + int(point.value)  # type: ignore[union-attr]
+    return counts
+
+
+def test_each_batch_is_counted_in_the_sdks_exporter_metrics(
+    kept: tuple[TracerProvider, _Kept], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    provider, exporter = kept
+    spans = _batch(provider, exporter, 4)  # 12 spans
+    size = len(TraceRequestEncoder().encode(spans))
+    with OtlpReceiver() as receiver:
+        otlp = OtlpHttpSpanExporter(
+            endpoint=f"{receiver.endpoint}/v1/traces",
+            max_request_size=size - 1,
+            meter_provider=meters,
+        )
+        assert otlp.export(spans[:3]) is SpanExportResult.SUCCESS
+        assert otlp.export(spans) is SpanExportResult.FAILURE
+        assert otlp.export([_unencodable(spans[0])]) is SpanExportResult.FAILURE
+        otlp.shutdown()
+    assert _exported(reader) == {None: 3, "RequestPayloadTooLargeError": 12, "TypeError": 1}
+    meters.shutdown()

@@ -15,16 +15,22 @@ Field numbers are those of opentelemetry-proto's `trace/v1/trace.proto`,
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from opentelemetry.exporter.otlp.proto.http._common import RequestPayloadTooLargeError
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
 from opentelemetry.trace import SpanContext
+
+_logger = logging.getLogger(__name__)
 
 _VARINT: Final = 0
 _I64: Final = 1
@@ -256,16 +262,74 @@ def _flags(parent: SpanContext | None) -> int:
 
 
 class OtlpHttpSpanExporter(OTLPSpanExporter):
-    """The SDK's OTLP/HTTP exporter (its endpoint, headers, TLS, compression, timeout and
-    retries as the `OTEL_EXPORTER_OTLP_*` variables configure them), encoding with
-    `TraceRequestEncoder`."""
+    """The SDK's OTLP/HTTP exporter (its endpoint, headers, TLS, compression and timeout as the
+    `OTEL_EXPORTER_OTLP_*` variables and its arguments configure them, its retries, its
+    shutdown), encoding with `TraceRequestEncoder`.
 
-    def __init__(self, endpoint: str | None = None) -> None:
-        super().__init__(endpoint=endpoint)
+    `export` is the SDK's `export()` with the encoder swapped, step for step: a batch after
+    `shutdown()` is refused; a batch that fails to encode is logged and reported as a failure
+    (the exporting thread carries on); a payload over `max_request_size` (64 MiB by default) is
+    dropped whole, as the SDK drops it; the rest goes to the SDK's HTTP client, which retries
+    429, 502, 503 and 504 (and a lost connection) with exponential backoff or the answer's
+    `Retry-After` within the timeout, and stops waiting when the exporter shuts down; each
+    batch is counted in the SDK's exporter metrics (`otel.sdk.exporter.span.exported`,
+    `otel.sdk.exporter.operation.duration`, with `error.type` on a failure) when
+    `OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED=true`.
+
+    The SDK offers no public way to change its encoder, so this reaches the attributes its
+    constructor builds (`_client`, `_metrics`, `_max_request_size`, `_shutdown`).
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        timeout: float | None = None,
+        max_request_size: int | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        super().__init__(
+            endpoint=endpoint,
+            timeout=timeout,
+            max_request_size=max_request_size,
+            meter_provider=meter_provider,
+        )
         self._encoder = TraceRequestEncoder()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
+            _logger.warning("Exporter already shutdown, ignoring batch")
             return SpanExportResult.FAILURE
-        result = self._client.export(self._encoder.encode(spans))
-        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
+        with self._metrics.export_operation(len(spans)) as result:
+            try:
+                payload = self._encoder.encode(spans)
+            except Exception as error:  # a span that cannot be encoded fails its batch only
+                _logger.error("Failed to encode span batch: %s", error)
+                result.error = error
+                return SpanExportResult.FAILURE
+            if 0 < self._max_request_size < len(payload):
+                _logger.warning(
+                    "Dropping span batch: serialized size %d bytes exceeds max_request_size "
+                    "%d bytes.",
+                    len(payload),
+                    self._max_request_size,
+                )
+                result.error = RequestPayloadTooLargeError(
+                    f"Serialized span request size {len(payload)} bytes exceeds "
+                    f"max_request_size {self._max_request_size} bytes."
+                )
+                return SpanExportResult.FAILURE
+            sent = self._client.export(payload)
+            if not sent.success:
+                result.error = sent.error
+                result.error_attrs = (
+                    {HTTP_RESPONSE_STATUS_CODE: sent.status_code}
+                    if sent.status_code is not None
+                    else None
+                )
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """The SDK's: later batches are refused, a retry's wait ends, the connections close."""
+        super().shutdown()  # type: ignore[no-untyped-call]
