@@ -2,7 +2,8 @@
 spans hold; its caches stay bounded; and the exporter built on it is what the service exports
 with, posting payloads a collector decodes, with the SDK exporter's guards: a batch that cannot
 be encoded or is over the size limit fails alone, a busy collector is retried, shutdown ends a
-retry's wait, and each batch is counted in the exporter metrics."""
+retry's wait, each batch is counted in the exporter metrics, and the SDK version it was checked
+against is pinned."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -34,7 +36,7 @@ from opentelemetry.trace import (
 )
 
 from app.kit import otlp_wire
-from app.kit.otlp_wire import OtlpHttpSpanExporter, TraceRequestEncoder
+from app.kit.otlp_wire import CHECKED_AGAINST, OtlpHttpSpanExporter, TraceRequestEncoder
 from app.kit.tracing_sdk import exporters_from_environment
 from tests.helpers.otlp_receiver import OtlpReceiver
 
@@ -198,6 +200,19 @@ def test_the_service_exports_with_it_and_a_collector_decodes_the_spans(
 
 
 # --- the SDK exporter's guards ----------------------------------------------------------------
+
+
+def test_the_exporter_was_checked_against_the_installed_sdk() -> None:
+    installed = {package: version(package) for package in CHECKED_AGAINST}
+    assert installed == CHECKED_AGAINST, (
+        f"OtlpHttpSpanExporter was checked against {CHECKED_AGAINST}, not {installed}. "
+        "OtlpHttpSpanExporter.export (app/kit/otlp_wire.py) repeats the SDK's "
+        "OTLPSpanExporter.export() with its own encoder and uses the attributes that "
+        "exporter's constructor builds: read the installed "
+        "opentelemetry/exporter/otlp/proto/http/trace_exporter/__init__.py (and the HTTP "
+        "client and exporter metrics in opentelemetry/exporter/otlp/common/), bring export() "
+        "in line with what it now does, then update CHECKED_AGAINST."
+    )
 
 
 def _batch(provider: TracerProvider, exporter: _Kept, requests: int) -> list[ReadableSpan]:

@@ -261,6 +261,16 @@ def _flags(parent: SpanContext | None) -> int:
     )
 
 
+CHECKED_AGAINST: Final = {
+    "opentelemetry-sdk": "1.45.1",
+    "opentelemetry-exporter-otlp-proto-http": "1.45.1",
+    "opentelemetry-exporter-otlp-common": "0.66b1",
+}
+"""The SDK's packages whose `OTLPSpanExporter.export()` (and the HTTP client and metrics it
+uses) `OtlpHttpSpanExporter.export` was last read against; `tests/test_otlp_wire.py` fails
+when another version is installed, until the two have been compared again."""
+
+
 class OtlpHttpSpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP exporter (its endpoint, headers, TLS, compression and timeout as the
     `OTEL_EXPORTER_OTLP_*` variables and its arguments configure them, its retries, its
@@ -277,7 +287,8 @@ class OtlpHttpSpanExporter(OTLPSpanExporter):
     `OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED=true`.
 
     The SDK offers no public way to change its encoder, so this reaches the attributes its
-    constructor builds (`_client`, `_metrics`, `_max_request_size`, `_shutdown`).
+    constructor builds (`_client`, `_metrics`, `_max_request_size`, `_shutdown`): hence
+    `CHECKED_AGAINST`.
     """
 
     def __init__(
