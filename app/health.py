@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.kit.api_tags import OPERATIONS
 from app.kit.db import Database, database_is_ready, is_database_unavailable
-from app.kit.errors import ServiceUnavailable
+from app.kit.errors import DatabaseUnreachable, IssuerKeysStale, SchemaNotMigrated
 
 router = APIRouter(tags=[OPERATIONS])
 
@@ -46,26 +46,18 @@ async def healthz() -> Health:
 async def readyz(request: Request) -> Readiness:
     db: Database = request.app.state.database
     expected: str | None = request.app.state.head_revision
-    retry_after = {
-        "Retry-After": str(request.app.state.settings.db_unavailable_retry_after_seconds)
-    }
+    retry_after: int = request.app.state.settings.db_unavailable_retry_after_seconds
     try:
         _, revision = await database_is_ready(db)
     except Exception as exc:
         if is_database_unavailable(exc):
-            raise ServiceUnavailable("The database is unreachable.", headers=retry_after) from exc
+            raise DatabaseUnreachable(retry_after) from exc
         raise
     stale = await request.app.state.token_verifier.keys.stale_issuers()
     if stale:
-        raise ServiceUnavailable(
-            f"No keys fetched recently from the trusted issuer(s) {', '.join(stale)}.",
-            headers=retry_after,
-        )
+        raise IssuerKeysStale(stale, retry_after)
     if revision != expected:
-        raise ServiceUnavailable(
-            f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",
-            headers=retry_after,
-        )
+        raise SchemaNotMigrated(revision, expected, retry_after)
     return Readiness(status="ready", database="ok", migration=revision, expected_migration=expected)
 
 

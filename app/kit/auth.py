@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from app.kit.api_tags import USER
 from app.kit.config import IssuerConfig, Settings
 from app.kit.deps import CompanyIdPath
-from app.kit.errors import Forbidden, NotFound, Unauthorized
+from app.kit.errors import ForeignCompany, RoleRequired, Unauthorized
 from app.kit.jwks import JwkDict, KeyStore
 from app.kit.principal import COMPANY_OPERATOR_ROLE, KNOWN_ROLES, PLATFORM_ROLE, Principal
 
@@ -522,7 +522,7 @@ def require_role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Princip
     @role_check
     async def dependency(principal: PrincipalDep) -> Principal:
         if not principal.has_role(role):
-            raise Forbidden(f"This operation needs the {role} role.")
+            raise RoleRequired(role)
         return principal
 
     return dependency
@@ -539,9 +539,9 @@ def require_operator_or_company_admin(
         return
     if space_admin_may_read and principal.has_role("space_admin"):
         if principal.company_id != company_id:
-            raise NotFound("No such company.")
+            raise ForeignCompany
         return
-    raise Forbidden("This operation needs the operator role.")
+    raise RoleRequired("operator")
 
 
 def require_company_operator(principal: Principal, company_id: str) -> None:
@@ -552,9 +552,9 @@ def require_company_operator(principal: Principal, company_id: str) -> None:
         return
     if principal.has_role(COMPANY_OPERATOR_ROLE):
         if principal.company_id != company_id:
-            raise NotFound("No such company.")
+            raise ForeignCompany
         return
-    raise Forbidden("This operation needs the operator or company_operator role.")
+    raise RoleRequired(PLATFORM_ROLE, COMPANY_OPERATOR_ROLE)
 
 
 @role_check

@@ -1,5 +1,7 @@
-"""Typed domain errors and their problem types, free of the web framework (the worker raises and
-reads them too); `app/kit/problems.py` renders them as RFC 9457 problem+json."""
+"""Typed domain errors, free of the web framework (the worker raises and reads them too): the
+generic classes, each a status and problem type, and the named failures of the shared plumbing
+(a domain's own are in its `errors.py`); `app/kit/problems.py` renders them as RFC 9457
+problem+json."""
 
 from __future__ import annotations
 
@@ -157,6 +159,110 @@ class ServiceUnavailable(DomainError):
     status = 503
     title = "Service unavailable"
     slug = "unavailable"
+
+
+# --- the named failures of the shared plumbing (a domain's own are in its `errors.py`) --------
+
+
+class InvalidRequest(Unprocessable):
+    """A request the framework's validation refuses (body, query, path or header fields)."""
+
+    def __init__(self, errors: Sequence[Mapping[str, object]]) -> None:
+        super().__init__(
+            "The request is invalid; see errors for the offending fields.", errors=errors
+        )
+
+
+class NoSuchResource(NotFound):
+    """A path no route serves."""
+
+    def __init__(self) -> None:
+        super().__init__("No such resource.")
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """A request met a database that is down or refuses to write (answered by the last
+    resort, whatever the route)."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(
+            "The database is unavailable; retry later.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+
+
+class RoleRequired(Forbidden):
+    """The token holds none of the roles the operation needs."""
+
+    def __init__(self, *roles: str) -> None:
+        super().__init__(f"This operation needs the {' or '.join(roles)} role.")
+
+
+class ForeignCompany(NotFound):
+    """A caller whose role reaches only their own company named another: answered as if it did
+    not exist, so nobody learns which companies do."""
+
+    def __init__(self) -> None:
+        super().__init__("No such company.")
+
+
+class BodyTooLarge(PayloadTooLarge):
+    """The request's body is over the route's limit (MAX_BODY_BYTES, IMPORT_MAX_BYTES)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"The request body exceeds the limit of {max_bytes} bytes.")
+
+
+class CompanyExportsBusy(TooManyRequests):
+    """Every read slot of the caller's company holds an export being sent."""
+
+    def __init__(self, per_company: int, retry_after_seconds: int) -> None:
+        super().__init__(
+            f"{per_company} exports of your company are being read right now; retry "
+            "when one is done.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+
+
+class ExportsBusy(ServiceUnavailable):
+    """Every read slot of the process holds an export being sent."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(
+            "The service is reading as many exports as it reads at once; retry shortly.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+
+
+class DatabaseUnreachable(ServiceUnavailable):
+    """Readiness: the database does not answer."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(
+            "The database is unreachable.", headers={"Retry-After": str(retry_after_seconds)}
+        )
+
+
+class IssuerKeysStale(ServiceUnavailable):
+    """Readiness: the keys of trusted issuers were not fetched recently."""
+
+    def __init__(self, issuers: Sequence[str], retry_after_seconds: int) -> None:
+        super().__init__(
+            f"No keys fetched recently from the trusted issuer(s) {', '.join(issuers)}.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
+
+
+class SchemaNotMigrated(ServiceUnavailable):
+    """Readiness: the database schema is not at the revision this code expects."""
+
+    def __init__(
+        self, revision: str | None, expected: str | None, retry_after_seconds: int
+    ) -> None:
+        super().__init__(
+            f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
 
 
 INTERNAL_ERROR = ProblemType(500, "Internal server error", "internal")

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.kit.errors import HeaderFieldsTooLarge, PayloadTooLarge, RequestTimeout
-from app.kit.problems import problem_response
+from app.kit.errors import BodyTooLarge, HeaderFieldsTooLarge, RequestTimeout
+from app.kit.problems import problem_response, render
 
 _CLOSE = {"Connection": "close"}
 
@@ -31,7 +31,7 @@ class StreamedLimit:
     """`max_bytes` for the requests whose path `pattern` matches in full.
 
     A body declared larger (`Content-Length`) is refused up front; a body of unknown length
-    passes through unbuffered and `PayloadTooLarge` is raised from the route's read of the
+    passes through unbuffered and `BodyTooLarge` is raised from the route's read of the
     byte that crosses the limit, so the route's transaction rolls back with it.
     """
 
@@ -96,12 +96,8 @@ class BodySizeLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, max_bytes: int) -> None:
-        response = problem_response(PayloadTooLarge.problem_type(), too_large(max_bytes))
+        response = render(BodyTooLarge(max_bytes))
         await response(scope, receive, send)
-
-
-def too_large(max_bytes: int) -> str:
-    return f"The request body exceeds the limit of {max_bytes} bytes."
 
 
 def _counted(receive: Receive, max_bytes: int) -> Receive:
@@ -113,7 +109,7 @@ def _counted(receive: Receive, max_bytes: int) -> Receive:
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             if received > max_bytes:
-                raise PayloadTooLarge(too_large(max_bytes))
+                raise BodyTooLarge(max_bytes)
         return message
 
     return counted

@@ -24,11 +24,11 @@ from app.kit.errors import (
     PROBLEM_BASE,
     PROBLEM_CONTENT_TYPE,
     Conflict,
+    DatabaseUnavailable,
     DomainError,
-    NotFound,
+    InvalidRequest,
+    NoSuchResource,
     ProblemType,
-    ServiceUnavailable,
-    Unprocessable,
 )
 from app.kit.observability import current_request_id
 from app.kit.tracing import trace_ids
@@ -79,7 +79,14 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
     return out
 
 
-_HTTP_PROBLEMS = {404: NotFound.problem_type(), 405: METHOD_NOT_ALLOWED}
+def render(error: DomainError) -> Response:
+    """The problem+json of `error`: its type, detail, offending fields and header fields."""
+    return problem_response(
+        error.problem_type(), error.detail, errors=error.errors, headers=error.headers
+    )
+
+
+_HTTP_PROBLEMS = {404: NoSuchResource.problem_type(), 405: METHOD_NOT_ALLOWED}
 
 
 def render_unexpected_error(
@@ -90,11 +97,7 @@ def render_unexpected_error(
     if is_database_unavailable(exc):
         on_unavailable()
         logger.warning("database unavailable: %s", type(exc).__name__)
-        return problem_response(
-            ServiceUnavailable.problem_type(),
-            "The database is unavailable; retry later.",
-            headers={"Retry-After": str(retry_after_seconds)},
-        )
+        return render(DatabaseUnavailable(retry_after_seconds))
     logger.error("unhandled error", exc_info=exc)
     return problem_response(
         INTERNAL_ERROR, "An unexpected error occurred; quote the request id when reporting it."
@@ -116,24 +119,18 @@ def _allowed_methods(request: Request) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def domain_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, DomainError)
-        return problem_response(
-            exc.problem_type(), exc.detail, errors=exc.errors, headers=exc.headers
-        )
+        return render(exc)
 
     async def validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return problem_response(
-            Unprocessable.problem_type(),
-            "The request is invalid; see errors for the offending fields.",
-            errors=_validation_errors(exc),
-        )
+        return render(InvalidRequest(_validation_errors(exc)))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         problem = _HTTP_PROBLEMS.get(exc.status_code, HTTP_ERROR._replace(status=exc.status_code))
         detail = exc.detail if isinstance(exc.detail, str) else problem.title
         if exc.status_code == 404:
-            detail = "No such resource."
+            detail = NoSuchResource().detail
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = _allowed_methods(request)

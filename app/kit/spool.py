@@ -45,7 +45,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from app.kit.errors import ServiceUnavailable, TooManyRequests
+from app.kit.errors import CompanyExportsBusy, ExportsBusy
 
 logger = logging.getLogger("app.kit.spool")
 
@@ -79,21 +79,13 @@ class ReadSlots:
         return owner in self._owners
 
     def take(self, company_id: str, owner: object = None) -> ReadSlot:
-        """A slot for one snapshot of `company_id`; raises `TooManyRequests` when the company
-        has all of its own, `ServiceUnavailable` when the process has none left. `owner` (if
+        """A slot for one snapshot of `company_id`; raises `CompanyExportsBusy` when the company
+        has all of its own, `ExportsBusy` when the process has none left. `owner` (if
         given) counts as `sending` until the slot's `end()`."""
-        retry = {"Retry-After": str(READ_BUSY_RETRY_AFTER_SECONDS)}
         if self._by_company.get(company_id, 0) >= self.per_company:
-            raise TooManyRequests(
-                f"{self.per_company} exports of your company are being read right now; retry "
-                "when one is done.",
-                headers=retry,
-            )
+            raise CompanyExportsBusy(self.per_company, READ_BUSY_RETRY_AFTER_SECONDS)
         if self.taken >= self.total:
-            raise ServiceUnavailable(
-                "The service is reading as many exports as it reads at once; retry shortly.",
-                headers=retry,
-            )
+            raise ExportsBusy(READ_BUSY_RETRY_AFTER_SECONDS)
         self._by_company[company_id] = self._by_company.get(company_id, 0) + 1
         if owner is not None:
             self._owners.add(owner)
