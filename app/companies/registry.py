@@ -14,22 +14,12 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies import repository
+from app.companies.errors import UnknownCompany
 from app.companies.repository import CompanyRecord
-from app.kit.errors import NotFound
 from app.kit.principal import Principal
 
 REGISTERED: Final = "company.registered"
 """The platform event of a registration (`detail`: its origin and display name)."""
-
-
-class UnknownCompany(NotFound):
-    """An operator named a company the registry does not hold."""
-
-    def __init__(self, company_id: str) -> None:
-        super().__init__(
-            f"No company {company_id!r} is registered; create it with POST /v1/companies "
-            '(`{"company_id": ...}`) first, or check the id.'
-        )
 
 
 async def register_company(

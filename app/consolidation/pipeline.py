@@ -50,8 +50,9 @@ from app.kit.observability import Metrics
 from app.kit.tokens import TokenCounters
 from app.kit.tracing import NO_TRACER
 from app.profiles.document import Operation, OperationError, OpKind, ProfileFormatError, apply
+from app.profiles.errors import VersionConflict
 from app.profiles.service import retention_cte, retention_params, save_consolidation
-from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
+from app.profiles.versions import ExpectedHead, VersionPolicy, VersionSource
 from app.usage import repository as usage_counts
 from app.usage.budget import BudgetStatus, period_of
 from app.usage.recorder import BudgetWatch, UsageRecorder

@@ -27,12 +27,12 @@ from app.enablement.repository import (
     enablement_params,
 )
 from app.folders.acl import Permission, is_allowed, user_folder_path
+from app.folders.errors import NoMemory
 from app.folders.repository import FOLDER_COLUMNS, folder_joins, folder_node_of
 from app.folders.service import actor_of
 from app.jobs.driver import Statement, driver_connection
 from app.jobs.queue import ClaimedJob, JobRef
 from app.kit.db import Database
-from app.kit.errors import NotFound
 from app.kit.llm import resolve_model_name
 from app.kit.principal import Principal
 from app.profiles.document import Profile, empty_profile, parse
@@ -90,7 +90,7 @@ async def read_snapshot(
     """One statement (one more per further space the claim's jobs name). None when nothing is
     left to do (memory off in every job's space, turns gone).
 
-    Raises `NotFound` when the memory was deleted (opt-out) after the jobs were queued: the
+    Raises `NoMemory` when the memory was deleted (opt-out) after the jobs were queued: the
     user's folder is gone or denies the owner READ, the access check of `load_profile`.
     """
     company_id, user_id = claimed.company_id, claimed.user_id
@@ -120,7 +120,7 @@ async def read_snapshot(
     owner = Principal(user_id=user_id, company_id=company_id, roles=frozenset())
     folder = folder_node_of(row)
     if folder is None or not is_allowed(actor_of(owner), folder, Permission.READ):
-        raise NotFound("No memory.")
+        raise NoMemory
     stored = stored_profile_of(row)
     profile = empty_profile(user_id) if stored is None else parse(stored.content)
     enabled_turns = [turn for job, _ in enabled for turn in _turn_ids(job)]

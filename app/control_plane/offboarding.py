@@ -27,9 +27,9 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.companies import repository as companies
-from app.companies.registry import UnknownCompany
+from app.companies.errors import UnknownCompany
 from app.companies.repository import OffboardingRecord
-from app.kit.errors import NotFound
+from app.control_plane.errors import NeverOffboarded
 from app.kit.principal import Principal
 
 logger = logging.getLogger("app.control_plane")
@@ -73,7 +73,7 @@ async def read_offboarding(session: AsyncSession, company_id: str) -> Offboardin
     """The receipt of the company's latest offboarding (404 when it was never offboarded)."""
     latest = await companies.select_latest_offboarding(session, company_id)
     if latest is None:
-        raise NotFound(f"Company {company_id!r} was never offboarded.")
+        raise NeverOffboarded(company_id)
     return latest
 
 

@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.companies import registry
 from app.companies import repository as companies
 from app.companies.repository import CompanyRecord
+from app.control_plane.errors import CompanyBeingRemoved, CompanyNameTaken
 from app.erasure.service import Erasure, erase_company_user
 from app.kit.citus import across_companies
 from app.kit.config import ModelPrice
-from app.kit.errors import Conflict
 from app.kit.pagination import Page, PageRequest, page_of
 from app.kit.principal import Principal
 from app.profiles.repository import count_users_with_memory
@@ -66,9 +66,9 @@ async def create_company(
         return created, True
     found = await companies.select_company(session, company_id)
     if found is None:  # registered and offboarded between the two statements
-        raise Conflict("The company is being removed; send the request again.")
+        raise CompanyBeingRemoved
     if display_name is not None and display_name != found.display_name:
-        raise Conflict(f"Company {company_id!r} is registered already, as {found.display_name!r}.")
+        raise CompanyNameTaken(company_id, found.display_name)
     return found, False
 
 

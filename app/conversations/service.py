@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.conversations import repository
+from app.conversations.errors import ChatNotFound
 from app.conversations.schemas import StoredMessageOut
-from app.kit.errors import NotFound
 from app.kit.pagination import Page, PageRequest, page_of
 from app.kit.principal import Principal
 
@@ -25,7 +25,7 @@ async def list_chat_messages(
         session, principal, chat_id, after_id=after, limit=page.limit + 1
     )
     if not rows and not await repository.chat_exists(session, principal, chat_id):
-        raise NotFound("No such chat.")
+        raise ChatNotFound
     items = [StoredMessageOut.model_validate(row) for row in rows]
     return page_of(items, page.limit, lambda item: {"id": item.id})
 
@@ -37,4 +37,4 @@ async def delete_chat(session: AsyncSession, principal: Principal, chat_id: str)
     Consolidation jobs already queued for its turns stay queued; they find the turn gone.
     """
     if not await repository.delete_chat(session, principal.company_id, principal.user_id, chat_id):
-        raise NotFound("No such chat.")
+        raise ChatNotFound

@@ -26,12 +26,13 @@ from app.enablement.decision import (
     context_memory_switch,
     effective_enablement,
 )
+from app.enablement.errors import SpaceSettingsChanged
 from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
 from app.enablement.memory_policy_repository import actions_json
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.folders import service as folders
-from app.kit.errors import RetryableConflict, Unprocessable
+from app.kit.errors import Unprocessable
 from app.kit.pagination import Page, PageRequest, page_of
 from app.kit.principal import Principal
 
@@ -371,7 +372,7 @@ async def _save_space(  # noqa: PLR0913 - the space's company is not always the 
             updated_by_company_id=editor.company_id,
             updated_by=editor.user_id,
         )
-    raise RetryableConflict("The space settings changed while saving; retry the request.")
+    raise SpaceSettingsChanged
 
 
 # --- user settings ------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ from app.folders.acl import (
     user_folder_entries,
     user_folder_path,
 )
-from app.kit.errors import Forbidden, NotFound, QuotaExceeded
+from app.folders.errors import MemoryFolderRefused, NoMemory, RootFolderMissing
 from app.kit.principal import Principal
-from app.quotas.rule import users_with_memory_detail
+from app.quotas.errors import UsersWithMemoryQuotaReached
 
 
 def actor_of(principal: Principal) -> Actor:
@@ -75,8 +75,9 @@ async def ensure_user_folder(
     gets READ and WRITE on it. The root is created first if it is missing.
 
     `users_with_memory_quota` (0: none): when the company already has that many user folders,
-    none is created (`QuotaExceeded`). Exact under concurrency: creations in one company are
-    serialised by a lock held until the caller commits, and the count is read after it.
+    none is created (`UsersWithMemoryQuotaReached`). Exact under concurrency: creations in one
+    company are serialised by a lock held until the caller commits, and the count is read
+    after it.
     """
     company_id, path = principal.company_id, user_folder_path(principal.user_id)
     existing = await repository.select_folder(session, company_id, path)
@@ -85,7 +86,7 @@ async def ensure_user_folder(
 
     root = await _ensure_root(session, company_id)
     if not may_create_child(actor_of(principal), root.node):
-        raise Forbidden("You may not create a memory folder in this company.")
+        raise MemoryFolderRefused
     if users_with_memory_quota > 0:
         await repository.lock_child_creation(session, company_id)
         # read after the lock: a folder of ours committed meanwhile, and every other one
@@ -96,7 +97,7 @@ async def ensure_user_folder(
             session, company_id, root.id, up_to=users_with_memory_quota
         )
         if count >= users_with_memory_quota:
-            raise QuotaExceeded(users_with_memory_detail(users_with_memory_quota))
+            raise UsersWithMemoryQuotaReached(users_with_memory_quota)
     folder_id = await repository.insert_folder(
         session, company_id, path, parent_id=root.id, inherit_access=False
     )
@@ -116,14 +117,14 @@ async def authorize_memory_access(
     """THE access check for a user's memory: `permission` on the caller's own folder, or 404.
 
     The folder is loaded from the database with its ACL entries and checked by `acl.is_allowed`.
-    A missing folder and a denied permission are both NotFound, so nobody learns whether a
+    A missing folder and a denied permission are both `NoMemory`, so nobody learns whether a
     memory exists. There is no way to name another user's folder: the path comes from the token.
     """
     node = await load_folder_node(
         session, principal.company_id, user_folder_path(principal.user_id)
     )
     if node is None or not is_allowed(actor_of(principal), node, permission):
-        raise NotFound("No memory.")
+        raise NoMemory
     return node
 
 
@@ -136,5 +137,5 @@ async def read_root_folder(session: AsyncSession, company_id: str) -> FolderNode
     """The company's `user-memory` folder as stored (404 when it was never created)."""
     node = await load_folder_node(session, company_id, ROOT_FOLDER)
     if node is None:
-        raise NotFound(f"The {ROOT_FOLDER} folder has not been created for this company.")
+        raise RootFolderMissing
     return node

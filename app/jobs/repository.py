@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 from sqlalchemy import Row, case, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.jobs.errors import JobNotDead, JobNotFound
 from app.jobs.queue import (
     JOBS,
     PENDING_STATUSES,
@@ -26,7 +27,6 @@ from app.jobs.queue import (
     claimable,
 )
 from app.kit.citus import across_companies
-from app.kit.errors import Conflict, NotFound
 from app.kit.pagination import Page, PageRequest, page_of
 
 
@@ -74,7 +74,7 @@ async def get_job(
         )
     ).first()
     if row is None:
-        raise NotFound("No such job.")
+        raise JobNotFound
     return _job_row(row)
 
 
@@ -124,8 +124,8 @@ async def retry_dead_job(session: AsyncSession, company_id: str, job_id: uuid.UU
         select(JOBS.c.status).where(JOBS.c.company_id == company_id, JOBS.c.id == job_id)
     )
     if status is None:
-        raise NotFound("No such job.")
-    raise Conflict(f"Only a dead job can be retried; this job is {status}.")
+        raise JobNotFound
+    raise JobNotDead(status)
 
 
 async def delete_user_jobs(session: AsyncSession, company_id: str, user_id: str) -> int:

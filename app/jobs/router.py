@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from app.jobs import repository as stored_jobs
+from app.jobs.errors import JobNotFound
 from app.jobs.queue import JobStatus
 from app.jobs.schemas import JobSummary, JobView
 from app.kit.api_tags import OPERATOR, USER
 from app.kit.auth import CompanyOperatorDep, PrincipalDep
 from app.kit.deps import CompanyIdPath, PageDep, SessionDep
-from app.kit.errors import NotFound
 from app.kit.pagination import Page
 
 router = APIRouter()  # full paths, no prefix: metrics label by template; a tag per caller
@@ -35,7 +35,7 @@ async def _job_id(
     try:
         return uuid.UUID(job_id)
     except ValueError as exc:
-        raise NotFound("No such job.") from exc
+        raise JobNotFound from exc
 
 
 JobIdDep = Annotated[uuid.UUID, Depends(_job_id)]

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.kit.config import Settings
-from app.kit.errors import DomainError
+from app.mcp_server.errors import HostNotAHostName
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ResourceDiscovery:
         """The metadata of the resource at `resource_path` ("" for the service itself)."""
         origin = self.origin(request)
         if origin is None:
-            raise DomainError("The Host header is not a host name with an optional port.")
+            raise HostNotAHostName
         return ResourceMetadata(
             resource=_URL.validate_python(origin + resource_path),
             authorization_servers=self._servers or None,

@@ -33,8 +33,9 @@ from starlette.types import Receive, Scope, Send
 
 from app.kit.auth import principal_of
 from app.kit.db import Database
-from app.kit.errors import ServiceUnavailable, Unauthorized
+from app.kit.errors import Unauthorized
 from app.mcp_server.discovery import ResourceDiscovery
+from app.mcp_server.errors import McpServerNotRunning
 from app.profiles.versions import VersionPolicy
 from app.rate_limits.limiter import RateLimiter
 
@@ -78,7 +79,7 @@ class McpEndpoint:
             raise Unauthorized(refused.detail, challenge=challenge) from refused
         server = self._server
         if server is None:
-            raise ServiceUnavailable("The MCP server is not running.")
+            raise McpServerNotRunning
         sessions = await server.sessions()
         from app.mcp_server.tools import acting_as  # noqa: PLC0415 - loaded by sessions()
 

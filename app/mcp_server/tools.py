@@ -34,12 +34,12 @@ from app.kit.errors import (
     NotFound,
     PreconditionFailed,
     PreconditionRequired,
-    Unprocessable,
 )
 from app.kit.pagination import DEFAULT_LIMIT, MAX_LIMIT, Page, PageRequest, decode_cursor
 from app.kit.principal import Principal
 from app.kit.schemas import Identifier
 from app.kit.tracing import NO_TRACER
+from app.mcp_server.errors import InvalidContentArgument
 from app.profiles import service
 from app.profiles.schemas import MemoryIn, VersionSummaryOut
 from app.profiles.versions import EntityTags, VersionPolicy, WriteConditions
@@ -129,9 +129,7 @@ def _profile_content(content: str) -> str:
         return MemoryIn.model_validate({"content": content}).content
     except ValidationError as exc:
         errors = [{"field": "content", "message": str(error["msg"])} for error in exc.errors()]
-        raise Unprocessable(
-            "The content argument is invalid; nothing was written.", errors=errors
-        ) from None
+        raise InvalidContentArgument(errors) from None
 
 
 def _conditions(expected_version: int | None) -> WriteConditions:

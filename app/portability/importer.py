@@ -33,9 +33,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.companies.registry import register_company
 from app.enablement import audit
 from app.kit.db import is_database_unavailable
-from app.kit.errors import Conflict, Unprocessable
 from app.kit.principal import Principal
 from app.portability import repository
+from app.portability.errors import CompanyHoldsData, InvalidImportLine
 from app.portability.format import (
     MAX_LINE_BYTES,
     StreamError,
@@ -118,7 +118,7 @@ async def import_company(
         reader.finish(last)
         await loader.finish()
     except StreamError as exc:
-        raise _unprocessable(exc) from None
+        raise InvalidImportLine(exc) from None
     outcome = ImportOutcome(company_id, hashed.sha256(), _all_counts(reader.counts))
     entry = audit.AuditEntry(
         actor=audit.Actor.of(actor),
@@ -154,10 +154,7 @@ class _Hashed:
 
 
 async def _replay(session: AsyncSession, company_id: str, hashed: _Hashed) -> ImportOutcome:
-    refused = Conflict(
-        f"Company {company_id!r} already holds data; an import needs an empty company "
-        "(or the very stream imported into it last, which changes nothing)."
-    )
+    refused = CompanyHoldsData(company_id)
     previous = await repository.newest_event(session, company_id, IMPORTED)
     if previous is None:
         raise refused
@@ -171,14 +168,6 @@ async def _replay(session: AsyncSession, company_id: str, hashed: _Hashed) -> Im
 
 def _all_counts(counts: Mapping[str, int]) -> dict[str, int]:
     return {kind.name: counts.get(kind.name, 0) for kind in KINDS}
-
-
-def _unprocessable(error: StreamError) -> Unprocessable:
-    location = f"body.lines.{error.line}" + ("" if error.field is None else f".{error.field}")
-    message = f"Line {error.line}: {error.message}"
-    return Unprocessable(
-        f"{message}. Nothing was imported.", errors=[{"field": location, "message": message}]
-    )
 
 
 # --- the loader ---------------------------------------------------------------------------------

@@ -38,11 +38,12 @@ from app.enablement.audit import AuditRecord
 from app.folders import service as folders
 from app.folders.acl import Permission
 from app.kit.db import Database
-from app.kit.errors import NotFound, TooManyRequests
+from app.kit.errors import NotFound
 from app.kit.principal import Principal
 from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.kit.spool import ReadSlot, ReadSlots, Spool
 from app.profiles import export_repository, repository
+from app.profiles.errors import ExportInProgress
 from app.profiles.export_repository import JobRecord, MessageRecord, TurnRecord
 from app.profiles.policy_actions import PolicyActionRecord, every_policy_action
 from app.profiles.schemas import (
@@ -288,20 +289,14 @@ def _policy_action_json(row: Row[Any]) -> bytes:
     return _json(PolicyActionOut.of(PolicyActionRecord(**row._mapping)))
 
 
-def _busy() -> TooManyRequests:
-    return TooManyRequests(
-        "Another export of your memory is running; one runs at a time. Retry when it is done.",
-        headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
-    )
-
-
 def take_slot(slots: ReadSlots, principal: Principal) -> ReadSlot:
     """The export's read slot, its user counted as sending until the slot ends. Raises
-    `TooManyRequests` when an export of the user is still sent by this process, or the company
-    has all its read slots; `ServiceUnavailable` when the process has none left."""
+    `ExportInProgress` when an export of the user is still sent by this process,
+    `CompanyExportsBusy` when the company has all its read slots, `ExportsBusy` when the
+    process has none left."""
     owner = ("user-memory-export", principal.company_id, principal.user_id)
     if slots.sending(owner):
-        raise _busy()
+        raise ExportInProgress(BUSY_RETRY_AFTER_SECONDS)
     return slots.take(principal.company_id, owner)
 
 
@@ -309,7 +304,7 @@ async def open_export(database: Database, principal: Principal) -> MemoryExportS
     """Begin the caller's export: the snapshot, the user's export lock, and the document's
     members before its lists, all filtered by the token's (company, user).
 
-    Raises `TooManyRequests` (with `Retry-After`) when another export of the user holds the
+    Raises `ExportInProgress` (with `Retry-After`) when another export of the user holds the
     lock. The profile, versions and the memory policy's actions come only through the access
     check; a caller without a memory folder (never used, or opted out) still gets settings,
     chats and jobs, with `profile` null. The caller must `close()` the stream.
@@ -320,7 +315,7 @@ async def open_export(database: Database, principal: Principal) -> MemoryExportS
         async with _session_on(connection) as session:
             exported_at = await export_repository.snapshot_time(session, company_id, user_id)
             if not await export_repository.try_lock_export(session, company_id, user_id):
-                raise _busy()
+                raise ExportInProgress(BUSY_RETRY_AFTER_SECONDS)
             profile = None
             try:
                 await folders.authorize_memory_access(session, principal, Permission.READ)

@@ -14,20 +14,13 @@ from typing import Final
 
 from app.detectors import Category
 from app.enablement.memory_policy import MemoryPolicy
-from app.kit.errors import Unprocessable
 from app.profiles.document import SECTIONS, Frontmatter, Profile, Section, sanitize_bullet
+from app.profiles.errors import MemoryPolicyRefusal
 from app.profiles.policy import PolicyAction, describe, screen
 from app.profiles.versions import CONTENT_FIELD
 
 _HEADINGS: Final = {f"## {section.value}": section for section in SECTIONS}
 _FRONTMATTER_DELIMITER: Final = "---"
-
-
-class MemoryPolicyRefusal(Unprocessable):
-    """An edit holding what the company does not allow in memory (422, nothing stored)."""
-
-    title = "Not allowed in memory"
-    slug = "memory-policy"
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,11 @@ from sqlalchemy.sql.dml import ReturningDelete, ReturningInsert, ReturningUpdate
 from app.enablement.models import UserSettings
 from app.kit.pagination import INTEGER_MAX, Page, PageRequest, page_of
 from app.profiles.document import Profile, render
+from app.profiles.errors import MemoryFileMissing, VersionConflict
 from app.profiles.models import MemoryFile, MemoryVersion
 from app.profiles.versions import (
     ExpectedHead,
     HeadState,
-    MemoryFileMissing,
-    VersionConflict,
     VersionInfo,
     VersionRow,
     VersionSource,

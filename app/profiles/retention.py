@@ -23,11 +23,12 @@ from app.kit.errors import NotFound
 from app.kit.observability import Metrics
 from app.profiles import retention_repository as repository
 from app.profiles.document import ProfileFormatError, diff_operations, parse
+from app.profiles.errors import VersionConflict
 from app.profiles.expiry import expire_topics, retention_cutoff
 from app.profiles.retention_repository import START, ExpiringHead, MemoryKey, Window
 from app.profiles.service import prune_versions, save_consolidation
 from app.profiles.switch import delete_user_memory, lock_user_memory
-from app.profiles.versions import ExpectedHead, VersionConflict, VersionPolicy, VersionSource
+from app.profiles.versions import ExpectedHead, VersionPolicy, VersionSource
 
 logger = logging.getLogger("app.retention")
 

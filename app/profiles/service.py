@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.folders import repository as folder_repository
 from app.folders import service as folders
 from app.folders.acl import Permission, user_folder_path
-from app.kit.errors import Conflict, NotFound, PreconditionFailed
+from app.folders.errors import NoMemory
 from app.kit.pagination import Page, PageRequest
 from app.kit.principal import Principal
 from app.profiles import repository
@@ -26,6 +26,13 @@ from app.profiles.document import (
     diff_operations,
     empty_profile,
     parse,
+)
+from app.profiles.errors import (
+    MemoryOptedOut,
+    MemoryTurnedOff,
+    ProfileVersionMismatch,
+    VersionConflict,
+    VersionNotFound,
 )
 from app.profiles.gate import ProfileWrite, stored_profile, write_screened
 from app.profiles.policy import PolicyAction
@@ -39,7 +46,6 @@ from app.profiles.versions import (
     EntityTags,
     ExpectedHead,
     HeadState,
-    VersionConflict,
     VersionInfo,
     VersionPolicy,
     VersionReason,
@@ -52,11 +58,6 @@ from app.profiles.versions import (
     same_sections,
     stamp,
     unified_diff,
-)
-
-OPTED_OUT = (
-    "Context memory is turned off for your account; turn it on in /v1/me/settings before "
-    "writing a memory profile."
 )
 
 
@@ -95,7 +96,7 @@ async def read_memory(session: AsyncSession, principal: Principal) -> VersionRow
     await folders.authorize_memory_access(session, principal, Permission.READ)
     head = await repository.read_head(session, principal.company_id, principal.user_id)
     if head is None:
-        raise NotFound("No memory.")
+        raise NoMemory
     return head
 
 
@@ -117,7 +118,7 @@ async def replace_memory(
     # serialise with an opt-out in flight: it either commits first (we see it) or waits for us
     await lock_user_memory(session, company_id, user_id)
     if await repository.select_user_setting(session, company_id, user_id) is False:
-        raise Conflict(OPTED_OUT)
+        raise MemoryOptedOut
     folder_id, _ = await folders.ensure_user_folder(
         session, principal, users_with_memory_quota=policy.users_with_memory_quota
     )
@@ -193,12 +194,12 @@ async def clear_memory(
     await folders.authorize_memory_access(session, principal, Permission.WRITE)
     # Lock first, so the head read below is the newest and no writer slips in before the clear.
     if await repository.select_head_version(session, company_id, user_id, lock=True) is None:
-        raise NotFound("No memory.")
+        raise NoMemory
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None or state.row is None:
-        raise NotFound("No memory.")
+        raise NoMemory
     if if_match is not None and not if_match.matches(state.head_version, weak=False):
-        raise PreconditionFailed("If-Match does not name the current version.")
+        raise ProfileVersionMismatch(hint=False)
     deleted = await repository.delete_profile(session, company_id, user_id, state.head_version)
     await delete_policy_actions(session, company_id, user_id)  # the record goes with its history
     return deleted
@@ -219,7 +220,7 @@ async def read_version(session: AsyncSession, principal: Principal, version: int
 async def _retained(session: AsyncSession, principal: Principal, version: int) -> VersionRow:
     row = await repository.read_version(session, principal.company_id, principal.user_id, version)
     if row is None:
-        raise NotFound(f"No version {version}.")
+        raise VersionNotFound(version)
     return row
 
 
@@ -262,7 +263,7 @@ async def restore_version(
     source = await _retained(session, principal, version)
     state = await repository.select_head_state(session, company_id, user_id)
     if state is None:  # a version exists, so its memory.md does (FK); defensive only
-        raise NotFound("No memory.")
+        raise NoMemory
     current = None if state.row is None else state.row.version
     check_write_preconditions(current, if_match, None, may_create=False)
     return await _write_edit(session, state, _Edit(parse(source.content), "restore"), policy)
@@ -324,7 +325,7 @@ async def save_consolidation(
     # a new statement after the lock, hence a snapshot that sees what committed before it
     setting, state = await repository.select_writer_state(session, company_id, user_id)
     if setting is False:
-        raise NotFound("The user turned context memory off.")
+        raise MemoryTurnedOff
     await folders.authorize_memory_access(session, owner, Permission.WRITE)
     if state is None:
         if expected_version != 0:
@@ -357,11 +358,11 @@ async def _create_memory_file(session: AsyncSession, owner: Principal) -> HeadSt
         session, owner.company_id, user_folder_path(owner.user_id)
     )
     if record is None:
-        raise NotFound("No memory.")
+        raise NoMemory
     await ensure_memory_file(session, owner.company_id, owner.user_id, record.id)
     state = await repository.select_head_state(session, owner.company_id, owner.user_id)
     if state is None:
-        raise NotFound("No memory.")
+        raise NoMemory
     return state
 
 

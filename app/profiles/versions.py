@@ -20,7 +20,7 @@ from typing import Final, Literal
 from opentelemetry.trace import Tracer
 
 from app.enablement.models import MAX_MAX_TOKENS
-from app.kit.errors import NotFound, PreconditionFailed, PreconditionRequired, Unprocessable
+from app.kit.errors import Unprocessable
 from app.kit.tokens import TokenCounter
 from app.kit.tracing import NO_TRACER
 from app.profiles.document import (
@@ -31,6 +31,12 @@ from app.profiles.document import (
     ProfileFormatError,
     parse_body,
     render_body,
+)
+from app.profiles.errors import (
+    IfMatchRequired,
+    NoProfileYet,
+    ProfileAlreadyExists,
+    ProfileVersionMismatch,
 )
 from app.profiles.policy import PolicyAction
 
@@ -72,29 +78,6 @@ class VersionPolicy:
     on_policy_actions: Callable[[Sequence[PolicyAction]], None] = _unobserved
     users_with_memory_quota: int = 0
     tracer: Tracer = NO_TRACER
-
-
-class VersionConflict(PreconditionFailed):
-    """The compare-and-set lost: the head is no longer `expected` (HTTP 412 for a stale If-Match).
-
-    The transaction that raised it must be rolled back; a worker re-reads the head and rebases.
-    """
-
-    def __init__(self, expected: int, current: int | None) -> None:
-        now = "the memory no longer exists" if current is None else f"the head is {current}"
-        super().__init__(
-            f"The memory changed meanwhile (expected version {expected}, {now}); "
-            "fetch it again and retry."
-        )
-        self.expected = expected
-        self.current = current
-
-
-class MemoryFileMissing(NotFound):
-    """The user's memory.md row does not exist (never provisioned, or deleted by an opt-out)."""
-
-    def __init__(self) -> None:
-        super().__init__("No memory.")
 
 
 @dataclass(frozen=True)
@@ -311,20 +294,18 @@ def check_write_preconditions(
     - Replacing an existing profile needs `If-Match` (428 without it); creating one (only where
       `may_create`) needs `If-None-Match: *` — an unconditional write is never accepted.
     """
-    expected_form = 'send the ETag of the current version, e.g. If-Match: "3"'
     if if_match is not None and (current is None or not if_match.matches(current, weak=False)):
-        raise PreconditionFailed(f"If-Match does not name the current version; {expected_form}.")
+        raise ProfileVersionMismatch
     if (
         if_none_match is not None
         and current is not None
         and if_none_match.matches(current, weak=True)
     ):
-        raise PreconditionFailed("A memory profile already exists (If-None-Match failed).")
+        raise ProfileAlreadyExists
     if current is not None and if_match is None:
-        raise PreconditionRequired(f"Changing your memory needs If-Match: {expected_form}.")
+        raise IfMatchRequired
     if current is None and if_match is None and not (may_create and _creates(if_none_match)):
-        hint = "If-None-Match: * to create it" if may_create else "a current version first"
-        raise PreconditionRequired(f"There is no memory profile yet; this needs {hint}.")
+        raise NoProfileYet(may_create=may_create)
 
 
 def _creates(if_none_match: EntityTags | None) -> bool:

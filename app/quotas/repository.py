@@ -28,9 +28,10 @@ MARK_COLUMNS: Final = f"""
 
 
 def under_marks_sql(alias: str) -> str:
-    """`stored_refusal(...) is None` (`app.quotas.rule`) in SQL, over the `MARK_COLUMNS` of the
-    row `alias` (a constant of the composing statement, never user input), with the limits in
-    force bound by `marks_params`: each mark unknown, or below its limit, or no limit."""
+    """`stored_quota_reached(...) is None` (`app.quotas.rule`) in SQL, over the `MARK_COLUMNS`
+    of the row `alias` (a constant of the composing statement, never user input), with the
+    limits in force bound by `marks_params`: each mark unknown, or below its limit, or no
+    limit."""
     a = alias
     history = "CAST(:quota_history_limit AS bigint)"
     storage = "CAST(:quota_storage_limit AS bigint)"

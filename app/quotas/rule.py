@@ -1,6 +1,6 @@
-"""The quota rules, pure: whether a turn-save is over a stored-amount quota and what its 409
-says, and where a turn's consolidation goes when its user already has as many waiting jobs as
-the quota allows. A limit of 0 is no limit."""
+"""The quota rules, pure: which stored-amount quota, if any, refuses a turn-save (its 409 is
+named in `app.quotas.errors`), and where a turn's consolidation goes when its user already has
+as many waiting jobs as the quota allows. A limit of 0 is no limit."""
 
 from __future__ import annotations
 
@@ -47,28 +47,17 @@ class StoredUsage:
     company_storage_bytes: int | None = None
 
 
-def stored_refusal(usage: StoredUsage, limits: QuotaLimits) -> str | None:
-    """The detail of the 409 refusing a turn-save over a stored-amount quota; None when under.
+def stored_quota_reached(usage: StoredUsage, limits: QuotaLimits) -> Quota | None:
+    """The stored-amount quota that refuses a turn-save (its 409 is in `app.quotas.errors`);
+    None when under every one.
 
     The marks are compared with the limits in force now: a quota raised since the check lets
     the caller through at once; one lowered takes effect at the next check.
     """
     if reached(usage.user_history_messages, limits.user_history_messages):
-        return (
-            f"Quota {Quota.USER_HISTORY_MESSAGES} reached: your stored chat history holds "
-            f"{usage.user_history_messages:,} messages, the limit is "
-            f"{limits.user_history_messages:,}. Nothing was saved. Delete chats you no longer "
-            "need (DELETE /v1/chats/{chat_id}); turns are accepted again once the next quota "
-            "check counts you under the limit."
-        )
+        return Quota.USER_HISTORY_MESSAGES
     if reached(usage.company_storage_bytes, limits.company_storage_bytes):
-        return (
-            f"Quota {Quota.COMPANY_STORAGE_BYTES} reached: your company stores "
-            f"{usage.company_storage_bytes:,} bytes of chat history and memory, the limit is "
-            f"{limits.company_storage_bytes:,}. Nothing was saved. Ask your administrator to "
-            "free space or raise the quota; turns are accepted again once the next quota check "
-            "counts the company under the limit."
-        )
+        return Quota.COMPANY_STORAGE_BYTES
     return None
 
 
@@ -95,7 +84,7 @@ NEW_JOB: Final = JobPlacement()
 def place_consolidation(waiting: WaitingJobs, limits: QuotaLimits) -> JobPlacement | None:
     """A new job while the user has fewer waiting jobs than the quota (or there is none); else
     the newest queued job with room; None when every waiting job is full (the turn is
-    refused, see `queue_full_detail`)."""
+    refused: `app.quotas.errors.WaitingJobsFull`)."""
     if limits.user_queued_jobs == 0:
         return NEW_JOB
     if waiting.count < limits.user_queued_jobs:
@@ -105,15 +94,6 @@ def place_consolidation(waiting: WaitingJobs, limits: QuotaLimits) -> JobPlaceme
     return JobPlacement(waiting.target)
 
 
-def queue_full_detail(limits: QuotaLimits) -> str:
-    """The 409 of a turn-save whose user's waiting consolidation jobs are all full."""
-    return (
-        f"Quota {Quota.USER_QUEUED_JOBS} reached: {limits.user_queued_jobs} consolidation jobs "
-        f"of yours are waiting, each with {limits.job_max_turns} turns, the most one holds. "
-        "Nothing was saved; retry once the worker has caught up (see Retry-After)."
-    )
-
-
 def users_with_memory_skip_reason(limits: QuotaLimits) -> str:
     """Why a turn of a user beyond the company's quota of users with memory is not consolidated
     (the turn itself is saved)."""
@@ -121,13 +101,4 @@ def users_with_memory_skip_reason(limits: QuotaLimits) -> str:
         f"Quota {Quota.COMPANY_USERS_WITH_MEMORY} reached: your company already has "
         f"{limits.company_users_with_memory:,} users with memory, so none was created for you; "
         "this turn was saved without updating memory."
-    )
-
-
-def users_with_memory_detail(limit: int) -> str:
-    """The 409 of a write that would create the memory of one user more than the quota."""
-    return (
-        f"Quota {Quota.COMPANY_USERS_WITH_MEMORY} reached: your company already has {limit:,} "
-        "users with memory, so none can be created for you. Nothing was saved; ask your "
-        "administrator to raise the quota (memories deleted by their users free places)."
     )

@@ -18,9 +18,9 @@ from fastapi import Request
 
 from app.kit.auth import PrincipalDep, principal_of
 from app.kit.contract import RATE_LIMITS
-from app.kit.errors import TooManyRequests
 from app.kit.observability import RATE_LIMIT_HEADERS_KEY, Metrics
 from app.kit.principal import Principal
+from app.rate_limits.errors import RateLimited
 from app.rate_limits.limiter import RateLimiter
 from app.rate_limits.policy import RouteClass
 
@@ -52,10 +52,7 @@ async def enforce(request: Request, principal: Principal, route_class: RouteClas
         await asyncio.sleep(pause)
     wait = max(1, math.ceil(retry_after - pause))
     refused = ", ".join(check.name for check in verdict.checks if not check.allows)
-    raise TooManyRequests(
-        f"Over the rate limit ({refused}); retry after {wait} s.",
-        headers={"Retry-After": str(wait)},
-    )
+    raise RateLimited(refused, wait)
 
 
 def rate_limited(route_class: RouteClass) -> Callable[..., Awaitable[None]]:

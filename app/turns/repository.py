@@ -64,7 +64,6 @@ from app.jobs.enqueue import (
 )
 from app.kit.citus import HOLD_COMPANY_SHARDS_SQL, across_companies, on_company_node
 from app.kit.db import positional
-from app.kit.errors import RetryableConflict
 from app.kit.principal import Principal
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,
@@ -76,6 +75,7 @@ from app.profiles.repository import (
 from app.quotas.repository import MARK_COLUMNS, marks_params, stored_usage_of, under_marks_sql
 from app.quotas.rule import QuotaLimits, StoredUsage, WaitingJobs
 from app.turns.batch_sql import PER_TURN, common_turns_save
+from app.turns.errors import IdempotencyKeyRace
 
 # --- /context: ONE statement --------------------------------------------------------------------
 
@@ -367,7 +367,7 @@ async def write_turn(  # noqa: PLR0913 - the call's values, then how to send it
         return TurnWrite.JOB_TAKEN if row["folder_held"] else TurnWrite.PLAN_AGAIN
     if record is not None and row["stored"] != 1:
         # a live record appeared although we hold its lock: never save the turn twice
-        raise RetryableConflict("This Idempotency-Key was used concurrently; retry the request.")
+        raise IdempotencyKeyRace
     return TurnWrite.WRITTEN
 
 

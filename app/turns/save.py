@@ -49,20 +49,24 @@ from app.jobs.enqueue import CoalescedItem, NewJob
 from app.kit.citus import runs_citus
 from app.kit.config import Settings
 from app.kit.db import Database
-from app.kit.errors import Conflict, Forbidden, QuotaExceeded, RetryableConflict, Unprocessable
+from app.kit.errors import Forbidden, QuotaExceeded
 from app.kit.principal import Principal
+from app.quotas.errors import WaitingJobsFull, stored_quota_refusal
 from app.quotas.limits import quota_limits
 from app.quotas.rule import (
     NEW_JOB,
-    QUEUE_FULL_RETRY_AFTER_SECONDS,
     QuotaLimits,
     place_consolidation,
-    queue_full_detail,
-    stored_refusal,
     users_with_memory_skip_reason,
 )
 from app.turns import idempotency, repository
 from app.turns.batching import ALONE, TurnBatcher
+from app.turns.errors import (
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    MemoryDeletedWhileSaving,
+    NothingQueued,
+)
 from app.turns.plan import plan_turn, saved_messages, skip_reason
 from app.turns.repository import TurnWrite
 from app.turns.schemas import TurnRequest
@@ -173,9 +177,7 @@ async def _save(
     if key is not None and not await repository.try_lock_idempotency_key(
         conn, principal.company_id, principal.user_id, key
     ):
-        raise RetryableConflict(
-            "A request with this Idempotency-Key is still in progress; retry later."
-        )
+        raise IdempotencyKeyInFlight
     queue = Queue.COALESCE if services.limits.user_queued_jobs > 0 else Queue.ANYWAY
     erased = queue_plans = 0
     read: repository.TurnSettingsRow | None = None
@@ -205,9 +207,7 @@ async def _save(
         # as many lost races, a job whatever the count, so that racing claims never leave the
         # turn unsaved
         queue = Queue.COALESCE if queue_plans < MAX_QUEUE_PLANS else Queue.ANYWAY
-    raise RetryableConflict(
-        "Your memory was deleted while this turn was being saved; nothing was saved, retry."
-    )
+    raise MemoryDeletedWhileSaving
 
 
 class Queue(Enum):
@@ -299,14 +299,11 @@ async def _plan_and_write(
         )
     if row.record is not None:
         if row.record.request_hash != request_hash:
-            raise Unprocessable.field(
-                f"header.{idempotency.HEADER}",
-                f"This {idempotency.HEADER} was already used with a different request.",
-            )
+            raise IdempotencyKeyReused
         return TurnOutcome(row.record.response_status, row.record.response_body, replayed=True)
-    refused = stored_refusal(row.usage, limits)
+    refused = stored_quota_refusal(row.usage, limits)
     if refused is not None:
-        raise QuotaExceeded(refused)
+        raise refused
 
     skipped = skip_reason(row.settings)
     if skipped is None and not row.user_folder_exists:
@@ -314,7 +311,7 @@ async def _plan_and_write(
             services.database, principal, limits, refuse_quota=submission.refuse_skipped
         )
     if skipped is not None and submission.refuse_skipped:
-        raise Conflict(f"Nothing was queued: {skipped}")
+        raise NothingQueued(skipped)
     plan = plan_turn(request, row.settings.space, skipped)
 
     turn, messages = _new_rows(submission, plan.messages)
@@ -350,10 +347,7 @@ def _consolidation_job(
         return job, job.id
     placement = NEW_JOB if row.waiting is None else place_consolidation(row.waiting, limits)
     if placement is None:
-        raise QuotaExceeded(
-            queue_full_detail(limits),
-            headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_SECONDS)},
-        )
+        raise WaitingJobsFull(limits)
     if placement.coalesce_into is None:
         return job, job.id
     turn_id = job.payload["turn_id"]

@@ -14,9 +14,9 @@ from fastapi import FastAPI
 
 from app.profiles import repository
 from app.profiles.document import Profile, Section, parse, render_body
+from app.profiles.errors import VersionConflict
 from app.profiles.versions import (
     ExpectedHead,
-    VersionConflict,
     VersionRow,
     VersionSource,
     stamp,

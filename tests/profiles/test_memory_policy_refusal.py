@@ -11,8 +11,9 @@ import pytest
 from app.detectors import Category
 from app.enablement.memory_policy import DEFAULT_POLICY, Action, MemoryPolicy
 from app.profiles.document import Section
+from app.profiles.errors import MemoryPolicyRefusal
 from app.profiles.policy import PolicyAction
-from app.profiles.refusal import MemoryPolicyRefusal, RefusedLine, refusal, refused_lines
+from app.profiles.refusal import RefusedLine, refusal, refused_lines
 from tests.helpers.profiles import profile_of
 
 PASSWORD_BULLET = "My password is hunter2horse"

@@ -26,11 +26,10 @@ from app.profiles.document import (
     empty_profile,
     parse,
 )
+from app.profiles.errors import MemoryFileMissing, VersionConflict
 from app.profiles.versions import (
     EntityTags,
     ExpectedHead,
-    MemoryFileMissing,
-    VersionConflict,
     VersionPolicy,
     VersionSource,
     check_write_preconditions,

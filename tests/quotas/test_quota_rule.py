@@ -1,5 +1,6 @@
 """The quota rules as tables: when a stored amount refuses a turn-save and what the refusal
-says, and where a turn's consolidation goes as its user's waiting jobs fill up."""
+(`app.quotas.errors`) says, and where a turn's consolidation goes as its user's waiting jobs
+fill up."""
 
 from __future__ import annotations
 
@@ -7,18 +8,24 @@ import uuid
 
 import pytest
 
+from app.quotas.errors import (
+    HistoryQuotaReached,
+    StorageQuotaReached,
+    UsersWithMemoryQuotaReached,
+    WaitingJobsFull,
+    stored_quota_refusal,
+)
 from app.quotas.rule import (
     NEW_JOB,
+    QUEUE_FULL_RETRY_AFTER_SECONDS,
     JobPlacement,
     Quota,
     QuotaLimits,
     StoredUsage,
     WaitingJobs,
     place_consolidation,
-    queue_full_detail,
     reached,
-    stored_refusal,
-    users_with_memory_detail,
+    stored_quota_reached,
 )
 
 TARGET = uuid.UUID("00000000-0000-4000-8000-000000000001")
@@ -45,9 +52,10 @@ def test_a_history_mark_at_the_limit_refuses_and_says_which_quota_its_limit_and_
 ):
     limits = QuotaLimits(user_history_messages=1_000)
 
-    detail = stored_refusal(StoredUsage(user_history_messages=1_204), limits)
+    refused = stored_quota_refusal(StoredUsage(user_history_messages=1_204), limits)
 
-    assert detail is not None
+    assert isinstance(refused, HistoryQuotaReached)
+    detail = refused.detail
     assert Quota.USER_HISTORY_MESSAGES in detail
     assert "1,000" in detail
     assert "1,204" in detail
@@ -58,9 +66,10 @@ def test_a_history_mark_at_the_limit_refuses_and_says_which_quota_its_limit_and_
 def test_a_storage_mark_refuses_with_the_company_quota() -> None:
     limits = QuotaLimits(company_storage_bytes=5_000_000)
 
-    detail = stored_refusal(StoredUsage(company_storage_bytes=5_000_001), limits)
+    refused = stored_quota_refusal(StoredUsage(company_storage_bytes=5_000_001), limits)
 
-    assert detail is not None
+    assert isinstance(refused, StorageQuotaReached)
+    detail = refused.detail
     assert Quota.COMPANY_STORAGE_BYTES in detail
     assert "5,000,000" in detail
 
@@ -76,7 +85,8 @@ def test_a_storage_mark_refuses_with_the_company_quota() -> None:
     ],
 )
 def test_no_refusal_under_every_quota_in_force(usage: StoredUsage, limits: QuotaLimits) -> None:
-    assert stored_refusal(usage, limits) is None
+    assert stored_quota_reached(usage, limits) is None
+    assert stored_quota_refusal(usage, limits) is None
 
 
 LIMITS = QuotaLimits(user_queued_jobs=3, job_max_turns=5)
@@ -99,9 +109,10 @@ def test_a_turn_gets_a_job_of_its_own_until_the_quota_then_joins_the_newest_with
 
 
 def test_the_queue_full_and_users_with_memory_refusals_name_their_quota_and_limit() -> None:
-    queue = queue_full_detail(LIMITS)
-    users = users_with_memory_detail(1_500)
+    queue_full = WaitingJobsFull(LIMITS)
+    queue, users = queue_full.detail, UsersWithMemoryQuotaReached(1_500).detail
 
+    assert queue_full.headers == {"Retry-After": str(QUEUE_FULL_RETRY_AFTER_SECONDS)}
     assert Quota.USER_QUEUED_JOBS in queue
     assert "3 consolidation jobs" in queue
     assert "5 turns" in queue

@@ -1,9 +1,9 @@
 """The turn-save's one statement decides in SQL what the plan decides in Python: memory active
 or not (`memory_enabled_sql` = `effective_enablement`), the consolidation's model
 (`CONSOLIDATION_MODEL_SQL` = `consolidation_model`) and the quota marks (`under_marks_sql` =
-`stored_refusal is None`), each over every combination of its inputs; and a turn whose memory
-folder is deleted while the statement waits for its locks is planned again, never written
-with a job for memory that is gone."""
+`stored_quota_reached is None`), each over every combination of its inputs; and a turn whose
+memory folder is deleted while the statement waits for its locks is planned again, never
+written with a job for memory that is gone."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from app.enablement.repository import enablement_inputs_of, memory_enabled_sql
 from app.folders.acl import user_folder_path
 from app.kit.db import positional
 from app.quotas.repository import marks_params, under_marks_sql
-from app.quotas.rule import QuotaLimits, StoredUsage, stored_refusal
+from app.quotas.rule import QuotaLimits, StoredUsage, stored_quota_reached
 from app.turns.plan import consolidation_model
 from app.turns.repository import CONSOLIDATION_MODEL_SQL
 from app.turns.schemas import TurnRequest
@@ -146,7 +146,7 @@ async def test_the_models_sql_chooses_as_consolidation_model(database_url: str) 
     assert chosen == {SPACE_MODEL, "orchestrator-model", DEFAULT_LANGUAGE_MODEL}
 
 
-async def test_the_marks_sql_refuses_as_stored_refusal(database_url: str) -> None:
+async def test_the_marks_sql_refuses_as_the_stored_quota_rule(database_url: str) -> None:
     conn = await _connect(database_url)
     try:
         # bound as the app binds it: the limits by `marks_params`, the marks as columns
@@ -166,7 +166,7 @@ async def test_the_marks_sql_refuses_as_stored_refusal(database_url: str) -> Non
             params = marks_params(limits.user_history_messages, limits.company_storage_bytes)
             params |= {"history": history, "storage": storage}
             under = await conn.fetchval(sql, *[params[name] for name in names])
-            expected = stored_refusal(StoredUsage(history, storage), limits) is None
+            expected = stored_quota_reached(StoredUsage(history, storage), limits) is None
             assert under is expected, (history, storage, history_limit, storage_limit)
             outcomes.add(expected)
     finally:

@@ -1,0 +1,15 @@
+"""The named failures of the rate limits."""
+
+from __future__ import annotations
+
+from app.kit.errors import TooManyRequests
+
+
+class RateLimited(TooManyRequests):
+    """The request is over the limits named in `refused`; `Retry-After` says when to return."""
+
+    def __init__(self, refused: str, retry_after_seconds: int) -> None:
+        super().__init__(
+            f"Over the rate limit ({refused}); retry after {retry_after_seconds} s.",
+            headers={"Retry-After": str(retry_after_seconds)},
+        )
