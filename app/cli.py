@@ -128,7 +128,7 @@ def _openapi(settings: Settings, output: Path, *, check: bool) -> int:
 
 
 def _migrate(settings: Settings) -> int:
-    from app.kit.db import run_migrations  # noqa: PLC0415
+    from app.kit.db.migrations import run_migrations  # noqa: PLC0415
 
     if settings.database_url:
         url = to_asyncpg_url(settings.database_url)
@@ -349,7 +349,7 @@ def _serve_processes(settings: Settings, host: str, port: int, workers: int) -> 
     embedded = None
     try:
         if settings.uses_embedded_database:
-            from app.kit.db import run_migrations  # noqa: PLC0415
+            from app.kit.db.migrations import run_migrations  # noqa: PLC0415
             from app.kit.embedded_pg import EmbeddedPostgres  # noqa: PLC0415
 
             embedded = EmbeddedPostgres(settings.embedded_pg_dir)

@@ -8,7 +8,9 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from app.kit.api_tags import OPERATIONS
-from app.kit.db import Database, database_is_ready, is_database_unavailable
+from app.kit.db.engine import Database
+from app.kit.db.errors import is_database_unavailable
+from app.kit.db.readiness import database_is_ready
 from app.kit.errors import DatabaseUnreachable, IssuerKeysStale, SchemaNotMigrated
 
 router = APIRouter(tags=[OPERATIONS])

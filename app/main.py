@@ -28,7 +28,8 @@ from app.kit.auth import TokenVerifier
 from app.kit.citus import runs_citus
 from app.kit.config import Settings, get_settings, warn_unknown_settings
 from app.kit.contract import install_contract
-from app.kit.db import Database, create_database, head_revision
+from app.kit.db.engine import Database, create_database
+from app.kit.db.migrations import head_revision
 from app.kit.jwks import KeyStore
 from app.kit.lean_routes import guard_dependency_overrides
 from app.kit.limits import (

@@ -7,7 +7,7 @@ from app.conversations import models as conversation_models
 from app.enablement import models as enablement_models
 from app.folders import models as folder_models
 from app.jobs import models as job_models
-from app.kit.db import Base
+from app.kit.db.base import Base
 from app.profiles import models as profile_models
 from app.quotas import models as quota_models
 from app.rate_limits import models as rate_limit_models

@@ -17,7 +17,7 @@ from app.control_plane.offboarding import Offboarder
 from app.conversations.retention import chat_retention_steps
 from app.kit.citus import company_tables
 from app.kit.config import Settings, warn_unknown_settings
-from app.kit.db import Database, create_database
+from app.kit.db.engine import Database, create_database
 from app.kit.observability import Metrics
 from app.kit.startup import database_url, freeze_startup_objects
 from app.kit.tokens import TokenCounters

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import ClaimedJob, ClaimPolicy, claim_next_job
 from app.kit.config import to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 FLOOD, OTHER, FRESH = "flood-co", "other-co", "fresh-co"

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.kit.auth import issue_token
 from app.kit.config import Settings, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.principal import Principal
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -41,7 +41,7 @@ from app.enablement.repository import enablement_params
 from app.folders import service as folders
 from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.observability import configure_logging
 from app.kit.principal import Principal

@@ -56,7 +56,7 @@ from app.consolidation.runner import BackgroundWorker
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.kit.auth import issue_token
 from app.kit.config import Settings, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.principal import Principal
 from app.kit.tokens import TokenCounter
 from app.main import create_app

@@ -61,7 +61,8 @@ from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.folders import service as folders
 from app.folders.acl import ROOT_FOLDER, user_folder_entries, user_folder_path
 from app.kit.config import Settings, to_asyncpg_url
-from app.kit.db import create_database, run_migrations
+from app.kit.db.engine import create_database
+from app.kit.db.migrations import run_migrations
 from app.kit.principal import Principal
 from app.kit.tokens import TokenCounters
 from app.profiles import repository as profiles

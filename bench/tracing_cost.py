@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.observability import configure_logging
 from app.kit.principal import Principal

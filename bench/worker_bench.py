@@ -49,7 +49,7 @@ from sqlalchemy import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.kit.config import to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from bench.fixed_latency_llm import FixedLatencyLLM
 from bench.worker_drain import (
     PROJECT_ROOT,

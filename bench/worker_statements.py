@@ -26,7 +26,7 @@ from app.consolidation.pipeline import make_consolidation_handler
 from app.consolidation.runner import worker_config
 from app.jobs.worker import Worker
 from app.kit.config import Settings, to_asyncpg_url
-from app.kit.db import create_database
+from app.kit.db.engine import create_database
 from app.kit.observability import Metrics
 from app.kit.tokens import TokenCounters
 from bench.worker_drain import JWT_SECRET, PENDING_JOBS, POLL_SECONDS, TurnQueue

@@ -32,7 +32,7 @@ from sqlalchemy import make_url
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.principal import Principal
 from app.main import create_app

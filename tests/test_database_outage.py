@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from app.kit.auth import issue_token
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.deps import SessionDep
 from app.kit.embedded_pg import EmbeddedPostgres
 from app.kit.principal import Principal

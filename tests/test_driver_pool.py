@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.kit.db import create_database
+from app.kit.db.engine import create_database
 from tests.helpers.apps import make_settings
 
 

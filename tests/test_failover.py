@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from tests.helpers.failover import (
     CLIENTS,
     KEY_RETRY_BUDGET_SECONDS,

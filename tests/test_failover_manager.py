@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from tests.helpers.auto_failover import START_TIMEOUT_SECONDS, Formation, Keeper, formation
 from tests.helpers.failover import (
     CLIENTS,

@@ -14,7 +14,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import make_url
 
-from app.kit.db import alembic_config, head_revision, migrations_dir, run_migrations
+from app.kit.db.migrations import alembic_config, head_revision, migrations_dir, run_migrations
 from tests.helpers.db import admin_execute, admin_fetchval
 
 

@@ -56,7 +56,7 @@ PLANTED = [
             ("folders/repository.py", "app.folders.repository", "app.profiles.models"),
             ("jobs/worker.py", "app.jobs.worker", "app.turns.repository"),
             ("jobs/queue.py", "app.jobs.queue", "app.consolidation.kinds"),
-            ("kit/db.py", "app.kit.db", "app.jobs.queue"),
+            ("kit/db/engine.py", "app.kit.db.engine", "app.jobs.queue"),
         ]
     ),
     (

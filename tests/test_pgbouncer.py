@@ -16,7 +16,7 @@ import psutil  # type: ignore[import-untyped]  # installed with pgserver; used h
 import pytest
 from sqlalchemy import make_url
 
-from app.kit.db import create_database
+from app.kit.db.engine import create_database
 from app.profiles.document import Section
 from tests.helpers.apps import SPACE, AuthFactory, app_with, client_of, make_settings
 from tests.helpers.db import scratch_database

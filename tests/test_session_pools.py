@@ -12,7 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.kit.db import create_database, is_database_unavailable
+from app.kit.db.engine import create_database
+from app.kit.db.errors import is_database_unavailable
 from app.main import create_app
 from tests.helpers.apps import AuthFactory, client_with, make_settings
 from tests.helpers.db import admin_fetchval, database_of

@@ -16,7 +16,7 @@ from sqlalchemy import BigInteger, CheckConstraint, Identity, Index, String, fun
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 ORIGINS: Final = ("operator", "first_use", "import")
 """How a company came to be registered: `POST /v1/companies`, its own operators' first call to

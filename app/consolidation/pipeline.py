@@ -43,7 +43,7 @@ from app.jobs.lifecycle import complete_jobs, completion_statement, defer_jobs
 from app.jobs.queue import ClaimedJob, JobOutcome
 from app.jobs.worker import JobFailure, JobHandler
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.errors import NotFound
 from app.kit.llm import ChatModel, ChatUsage, ModelError
 from app.kit.observability import Metrics

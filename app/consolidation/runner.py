@@ -17,7 +17,7 @@ from app.consolidation.pipeline import ConsolidationPipeline
 from app.jobs.wakeup import JobWakeups
 from app.jobs.worker import Maintenance, Worker, WorkerConfig
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.llm import create_chat_model
 from app.kit.observability import Metrics
 from app.kit.tokens import TokenCounters

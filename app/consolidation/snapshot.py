@@ -32,7 +32,7 @@ from app.folders.repository import FOLDER_COLUMNS, folder_joins, folder_node_of
 from app.folders.service import actor_of
 from app.jobs.driver import Statement, driver_connection
 from app.jobs.queue import ClaimedJob, JobRef
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.llm import resolve_model_name
 from app.kit.principal import Principal
 from app.profiles.document import Profile, empty_profile, parse

@@ -25,7 +25,7 @@ from app.kit.citus import (
     bound_to_citus,
     on_company_node,
 )
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 from app.kit.principal import Principal
 
 

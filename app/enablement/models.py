@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, CheckConstraint, Identity, Index, String, fun
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 DEFAULT_LANGUAGE_MODEL = "AZURE_GPT_4o_2024_1120"
 DEFAULT_MAX_TOKENS = 2000

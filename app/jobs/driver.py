@@ -15,7 +15,8 @@ from contextlib import asynccontextmanager
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.kit.db import connection_is_spent, positional
+from app.kit.db.driver_pool import positional
+from app.kit.db.errors import connection_is_spent
 
 
 @asynccontextmanager

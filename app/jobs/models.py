@@ -15,7 +15,7 @@ from sqlalchemy import CheckConstraint, Index, String, Text, func, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "dead")
 

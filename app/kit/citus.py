@@ -184,7 +184,8 @@ class CompanyStatement:
 
     @property
     def call(self) -> tuple[str, tuple[str, ...]]:
-        """The call's SQL and its arguments by name, as `app.kit.db.positional` gives them."""
+        """The call's SQL and its arguments by name, as `app.kit.db.driver_pool.positional`
+        gives them."""
         placeholders = ", ".join(f"${n}" for n in range(1, len(self.arguments) + 1))
         return f"SELECT * FROM {self.function}({placeholders})", self.arguments  # noqa: S608
 

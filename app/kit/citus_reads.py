@@ -26,7 +26,7 @@ from typing import Final
 
 import asyncpg
 
-from app.kit.db import DriverPool
+from app.kit.db.driver_pool import DriverPool
 
 ROUTE_SECONDS: Final = 30.0
 """How long the worker found for a company is used before it is asked again."""

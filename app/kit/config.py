@@ -103,7 +103,8 @@ class Settings(BaseSettings):
     database_url: str | None = None  # contract: DATABASE_URL (unset -> embedded PostgreSQL)
     embedded_pg_dir: Path = PROJECT_ROOT / "var" / "pg"  # contract: EMBEDDED_PG_DIR
     db_pool_size: int = Field(default=20, ge=1, le=200)
-    # asyncpg connections of the two calls of every chat turn, opened on demand (app/kit/db.py)
+    # asyncpg connections of the two calls of every chat turn, opened on demand
+    # (app/kit/db/driver_pool.py)
     db_hot_pool_size: int = Field(default=20, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     # On a Citus cluster: /context's read sent to the worker node holding the company's shards,

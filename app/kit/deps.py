@@ -1,5 +1,5 @@
 """The request's database, a list route's page and an operator route's `company_id`, as FastAPI
-dependencies and parameters (the plumbing itself, framework-free, is in `app/kit/db.py`,
+dependencies and parameters (the plumbing itself, framework-free, is in `app/kit/db/`,
 `app/kit/pagination.py` and `app/kit/schemas.py`).
 
 A request gets one transaction from `SessionDep`; it is committed after the route returns and
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.pagination import (
     DEFAULT_LIMIT,
     MAX_CURSOR_CHARS,

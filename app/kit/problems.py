@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import compile_path
 
-from app.kit.db import is_database_unavailable
+from app.kit.db.errors import is_database_unavailable
 from app.kit.errors import (
     HTTP_ERROR,
     INTERNAL_ERROR,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.kit.db import Database
+from app.kit.db.engine import Database
 
 
 async def begin_snapshot(database: Database) -> AsyncConnection:

@@ -11,7 +11,7 @@ import ctypes
 import gc
 
 from app.kit.config import Settings, to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 
 

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.kit.auth import principal_of
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.errors import Unauthorized
 from app.mcp_server.discovery import ResourceDiscovery
 from app.mcp_server.errors import McpServerNotRunning

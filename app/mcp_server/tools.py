@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement import service as enablement
 from app.enablement.schemas import DecisionOut
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.errors import (
     DomainError,
     NotFound,

@@ -22,7 +22,7 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.enablement import audit
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.principal import Principal
 from app.kit.snapshots import begin_snapshot, end_snapshot
 from app.kit.spool import Spool

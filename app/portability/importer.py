@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies.registry import register_company
 from app.enablement import audit
-from app.kit.db import is_database_unavailable
+from app.kit.db.errors import is_database_unavailable
 from app.kit.principal import Principal
 from app.portability import repository
 from app.portability.errors import CompanyHoldsData, InvalidImportLine

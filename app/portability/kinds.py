@@ -40,7 +40,7 @@ from app.enablement.models import (
     UserSettings,
 )
 from app.folders.models import Folder, FolderAclEntry
-from app.kit.db import Base
+from app.kit.db.base import Base
 from app.portability.format import FieldSpec, FieldType, RecordType
 from app.profiles.models import MemoryFile, MemoryPolicyAction, MemoryVersion
 

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncResult, AsyncSession
 from app.enablement.audit import AuditRecord
 from app.folders import service as folders
 from app.folders.acl import Permission
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.errors import NotFound
 from app.kit.principal import Principal
 from app.kit.snapshots import begin_snapshot, end_snapshot

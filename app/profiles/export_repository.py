@@ -20,7 +20,7 @@ from app.conversations.models import ChatMessage, Turn
 from app.enablement.audit import AuditRecord
 from app.enablement.models import AuditEvent, UserSettings
 from app.jobs.models import Job
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

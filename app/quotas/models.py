@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, CheckConstraint, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 
 class UserQuotaMark(Base):

@@ -8,7 +8,7 @@ from sqlalchemy import CheckConstraint, String, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 
 class CompanyRateLimits(Base):

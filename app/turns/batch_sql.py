@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 
 PER_TURN: Final = (
     "user_id",

@@ -35,7 +35,7 @@ from app.jobs.enqueue import NewJob, enqueue_job_once
 from app.jobs.queue import JobPayload
 from app.kit.citus import runs_citus
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.principal import Principal
 from app.kit.tokens import TokenCounter, TokenCounters, utf8_bound
 from app.kit.tracing import current_traceparent

@@ -19,7 +19,7 @@ from app.conversations.schemas import MessageIn, ResponseIn, SpaceId, Text
 from app.jobs import repository as jobs
 from app.jobs.repository import JobRow
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.principal import Principal
 from app.kit.tracing import current_traceparent
 from app.turns.save import TurnSubmission, save_turn

@@ -10,7 +10,7 @@ from app.jobs.schemas import JobView
 from app.kit.api_tags import USER
 from app.kit.auth import PrincipalDep
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.rate_limits.dependency import rate_limited
 from app.rate_limits.policy import RouteClass
 from app.turns.explicit import ConsolidationRequest, request_consolidation, wait_for_job

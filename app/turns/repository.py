@@ -63,7 +63,7 @@ from app.jobs.enqueue import (
     waiting_params,
 )
 from app.kit.citus import HOLD_COMPANY_SHARDS_SQL, across_companies, on_company_node
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 from app.kit.principal import Principal
 from app.profiles.repository import (
     HEAD_PROFILE_COLUMNS,

@@ -17,7 +17,7 @@ from app.jobs.wakeup import JobSignal
 from app.kit.api_tags import ORCHESTRATOR
 from app.kit.auth import PrincipalDep, current_principal, principal_of
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.deps import database
 from app.kit.lean_routes import LeanRoute, Provider
 from app.kit.principal import Principal

@@ -48,7 +48,7 @@ from app.folders.service import ensure_user_folder
 from app.jobs.enqueue import CoalescedItem, NewJob
 from app.kit.citus import runs_citus
 from app.kit.config import Settings
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.errors import Forbidden, QuotaExceeded
 from app.kit.principal import Principal
 from app.quotas.errors import WaitingJobsFull, stored_quota_refusal

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.usage import repository
 from app.usage.repository import CallKey, CallTotals, CountKey
 

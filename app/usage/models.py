@@ -11,7 +11,7 @@ from datetime import date, datetime
 from sqlalchemy import BigInteger, CheckConstraint, SmallInteger, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.kit.db import Base
+from app.kit.db.base import Base
 
 COUNTERS = (
     "turns_saved",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import date
 
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.llm import ChatUsage
 from app.kit.observability import Metrics
 from app.usage import repository

@@ -28,7 +28,7 @@ from app.jobs.lifecycle import complete_jobs
 from app.jobs.queue import ClaimedJob
 from app.jobs.worker import JobHandler, Worker, WorkerConfig
 from app.kit.config import Settings
-from app.kit.db import create_database
+from app.kit.db.engine import create_database
 from app.kit.observability import Metrics
 from tests.helpers.db import admin_fetchval
 from tests.helpers.jobs import COALESCING, enqueue

@@ -12,7 +12,7 @@ from sqlalchemy import make_url
 
 from app.enablement.repository import enablement_params
 from app.kit.citus import CompanyStatement, company_statements, distribute
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 from app.models import metadata
 from app.turns import repository
 from tests.helpers.apps import COMPANY, USER

@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.conversations.repository import lock_user_history
 from app.kit.config import PROJECT_ROOT
-from app.kit.db import is_database_unavailable
+from app.kit.db.errors import is_database_unavailable
 from app.kit.errors import PROBLEM_CONTENT_TYPE
 from tests.helpers import runbook
 from tests.helpers.apps import COMPANY

@@ -229,7 +229,7 @@ async def cluster_database(
     distributed as `python -m app migrate` does; all gone on leaving. `shard_count`: the shards
     of each distributed table (`citus.shard_count` of the database; Citus's default is 32)."""
     from app.kit.citus import distribute  # noqa: PLC0415 - the app only once the cluster runs
-    from app.kit.db import run_migrations  # noqa: PLC0415
+    from app.kit.db.migrations import run_migrations  # noqa: PLC0415
     from app.models import metadata  # noqa: PLC0415
 
     async with citus_cluster(workdir) as cluster:

@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.kit.citus import ACROSS_COMPANIES_SQL, runs_citus
-from app.kit.db import Database, run_migrations
+from app.kit.db.engine import Database
+from app.kit.db.migrations import run_migrations
 
 EVERY_SHARD: Final = {
     "citus.multi_task_query_log_level": "off",

@@ -20,7 +20,7 @@ import asyncpg
 from sqlalchemy import make_url
 
 from app.kit.config import to_asyncpg_url
-from app.kit.db import run_migrations
+from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres
 from tests.helpers.db import admin_execute
 

@@ -47,7 +47,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.pool import Pool
 
 from app.kit.config import PROJECT_ROOT
-from app.kit.db import DriverPool
+from app.kit.db.driver_pool import DriverPool
 
 ROUTING_TEST = "tests/test_statement_routing.py"
 ROUTING_MODULE = "tests.test_statement_routing"

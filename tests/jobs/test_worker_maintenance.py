@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from app.jobs.worker import Worker, WorkerConfig
-from app.kit.db import Database
+from app.kit.db.engine import Database
 from app.kit.observability import Metrics
 from app.turns.repository import prune_idempotency_keys
 from tests.helpers.db import admin_execute, rows

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from app.jobs.wakeup import CHANNEL, JobSignal, JobWakeups
 from app.jobs.worker import Worker, WorkerConfig
-from app.kit.db import Database, create_database
+from app.kit.db.engine import Database, create_database
 from app.kit.observability import Metrics
 from tests.helpers.apps import AuthFactory, make_settings
 from tests.helpers.db import admin_execute

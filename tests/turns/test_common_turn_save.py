@@ -20,7 +20,7 @@ from app.enablement.decision import effective_enablement
 from app.enablement.models import DEFAULT_LANGUAGE_MODEL
 from app.enablement.repository import enablement_inputs_of, memory_enabled_sql
 from app.folders.acl import user_folder_path
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 from app.quotas.repository import marks_params, under_marks_sql
 from app.quotas.rule import QuotaLimits, StoredUsage, stored_quota_reached
 from app.turns.plan import consolidation_model

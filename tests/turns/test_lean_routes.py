@@ -10,7 +10,7 @@ import pytest
 from fastapi import Depends, FastAPI, Response
 from pydantic import BaseModel
 
-from app.kit.db import positional
+from app.kit.db.driver_pool import positional
 from app.kit.lean_routes import LeanRoute
 from app.profiles.document import Section
 from app.turns.schemas import ContextResponse, TurnSaved

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from app.kit.config import Settings
-from app.kit.db import create_database
+from app.kit.db.engine import create_database
 from app.usage.meter import UsageMeter
 from tests.helpers.apps import SPACE, TEST_JWT_SECRET, AuthFactory, app_with, client_of
 from tests.helpers.db import database_of, rows, statements
