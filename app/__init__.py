@@ -40,8 +40,8 @@ tests/test_package_order.py. What each layer holds, and why it sits where it doe
     services below; `ui`: the user's memory page (`/ui/memory`) and the admin console
     (`/ui/admin`), static files that call the
     public API from the browser and import nothing of the domain; `health`: liveness,
-    readiness and metrics; `docs_pages`: the offline `/docs` and `/redoc` pages. Independent
-    of each other.
+    readiness and metrics; `docs_pages`: the offline `/docs` and `/redoc` pages; `identity`:
+    `GET /v1/me`, who the token says the caller is. Independent of each other.
 15. composition: `main`, `cli`, `models` (every table, for the migrations) and `__main__`,
     which may import each other.
 """

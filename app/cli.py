@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "distribute":
         return _distribute(settings)
     if args.command == "token":
-        from app.kit.auth import issue_token  # noqa: PLC0415
+        from app.kit.auth.mint import issue_token  # noqa: PLC0415
         from app.kit.principal import Principal  # noqa: PLC0415
 
         if "operator" in args.role and not settings.static_platform:
@@ -274,7 +274,7 @@ def _no_cyclic_collection() -> Iterator[None]:
 def _serve(settings: Settings, host: str, port: int, workers: int) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from app.kit.auth import issue_token  # noqa: PLC0415
+    from app.kit.auth.mint import issue_token  # noqa: PLC0415
     from app.kit.http_protocol import BoundedHttpToolsProtocol  # noqa: PLC0415
     from app.kit.observability import configure_logging  # noqa: PLC0415
     from app.kit.principal import Principal  # noqa: PLC0415

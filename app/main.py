@@ -20,11 +20,12 @@ from app.docs_pages import install_docs_pages
 from app.enablement import router as enablement_router
 from app.erasure import router as erasure_router
 from app.folders import router as folders_router
+from app.identity import router as identity_router
 from app.jobs import router as jobs_router
 from app.jobs.wakeup import JobSignal
-from app.kit import auth
 from app.kit.api_tags import OPENAPI_TAGS
-from app.kit.auth import TokenVerifier
+from app.kit.auth.verifiers import log_verifiers
+from app.kit.auth.verify import TokenVerifier
 from app.kit.citus import runs_citus
 from app.kit.config import Settings, get_settings, warn_unknown_settings
 from app.kit.contract import install_contract
@@ -110,7 +111,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         meter.start()
         await verifier.keys.open()  # the trusted issuers' keys, before the first request
-        auth.log_verifiers(settings)  # which token checks are active, never a key
+        log_verifiers(settings)  # which token checks are active, never a key
         await rate_limits_service.refresh_or_keep(database.engine, app.state.rate_limiter)
         overrides = asyncio.create_task(
             rate_limits_service.keep_overrides_fresh(
@@ -241,7 +242,7 @@ def create_app(settings: Settings | None = None, tracing: Tracing | None = None)
     # route's), behind every route included before them.
     app.router.routes.extend(turns_router.router.routes)
     app.include_router(health.router)
-    app.include_router(auth.router)
+    app.include_router(identity_router.router)
     app.include_router(erasure_router.router)
     app.include_router(enablement_router.router)
     app.include_router(rate_limits_router.router)

@@ -36,7 +36,7 @@ from sqlalchemy import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings, to_asyncpg_url
 from app.kit.db.migrations import run_migrations
 from app.kit.principal import Principal

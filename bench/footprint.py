@@ -45,7 +45,7 @@ import asyncpg
 import httpx
 from sqlalchemy import make_url
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings, to_asyncpg_url
 from app.kit.principal import Principal
 from bench.fixed_latency_llm import FixedLatencyLLM

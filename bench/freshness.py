@@ -63,7 +63,7 @@ from sqlalchemy import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings
 from app.kit.principal import Principal
 from bench.fixed_latency_llm import FixedLatencyLLM

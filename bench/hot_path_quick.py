@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.enablement.repository import enablement_params
 from app.folders import service as folders
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres

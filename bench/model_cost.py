@@ -54,7 +54,7 @@ from starlette.routing import Route
 from app.consolidation.prompts import STATIC_PREFIXES
 from app.consolidation.runner import BackgroundWorker
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings, to_asyncpg_url
 from app.kit.db.migrations import run_migrations
 from app.kit.principal import Principal

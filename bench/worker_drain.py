@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from sqlalchemy import make_url
 
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings
 from app.kit.principal import Principal
 from app.main import create_app

@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT, Settings, to_asyncpg_url
 from app.kit.db.migrations import run_migrations
 from app.kit.embedded_pg import EmbeddedPostgres

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT
 from app.kit.errors import OTHER_PROBLEMS, PROBLEM_BASE, Conflict, DomainError, ProblemType
 from app.kit.principal import Principal

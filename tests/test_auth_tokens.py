@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import Settings
 from app.kit.principal import Principal
 from tests.helpers.bad_tokens import CASES, claims, header_for, hmac_signed_with, signed

@@ -19,7 +19,7 @@ from asgi_lifespan import LifespanManager
 from pydantic import SecretStr
 from sqlalchemy import make_url
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT, Settings
 from app.kit.principal import Principal
 from app.main import create_app

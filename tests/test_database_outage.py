@@ -15,7 +15,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from sqlalchemy import text
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT, to_asyncpg_url
 from app.kit.db.migrations import run_migrations
 from app.kit.deps import SessionDep

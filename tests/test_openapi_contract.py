@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.enablement.decision import KNOWN_FLAGS
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.principal import Principal
 from tests.helpers.apps import COMPANY, SPACE, SPACE_ADMIN, AuthFactory, app_with, client_of
 from tests.helpers.settings import patch_space

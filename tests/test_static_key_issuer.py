@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
 
-from app.kit.auth import issue_token, verifier_lines
+from app.kit.auth.mint import issue_token
+from app.kit.auth.verifiers import verifier_lines
 from app.kit.config import DEV_JWT_SECRET, PROJECT_ROOT, Settings
 from app.kit.principal import Principal
 from tests.helpers.apps import app_with, client_of
@@ -383,7 +384,7 @@ async def test_start_up_logs_one_line_per_active_verifier_and_no_secret(
                 role_map={"admins": "space_admin"},
             ),
         ]
-        caplog.set_level(logging.INFO, logger="app.kit.auth")
+        caplog.set_level(logging.INFO, logger="app.kit.auth.verifiers")
         async with production(
             database_url,
             staff,
@@ -395,7 +396,7 @@ async def test_start_up_logs_one_line_per_active_verifier_and_no_secret(
             jwt_role_map={"memory-admin": "space_admin"},
         ):
             pass
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.kit.auth"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.kit.auth.verifiers"]
 
     assert lines == [
         f"token verifier issuer={staff.url} kind=jwks algorithms=RS256,ES256 "

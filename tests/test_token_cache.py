@@ -8,7 +8,8 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from app.kit.auth import TokenVerifier, issue_token
+from app.kit.auth.mint import issue_token
+from app.kit.auth.verify import TokenVerifier
 from app.kit.config import Settings
 from app.kit.errors import Unauthorized
 from app.kit.principal import Principal

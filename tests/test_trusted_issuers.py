@@ -15,7 +15,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
-from app.kit.auth import TokenVerifier, claim_at, role_names
+from app.kit.auth.verify import TokenVerifier, claim_at, role_names
 from app.kit.jwks import KeyStore, cache_seconds
 from app.main import create_app
 from tests.helpers.apps import client_of, make_settings

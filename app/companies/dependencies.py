@@ -8,7 +8,7 @@ from typing import Annotated, Any, Final
 from fastapi import Depends
 
 from app.companies.registry import known_company
-from app.kit.auth import CompanyOperatorDep
+from app.kit.auth.dependencies import CompanyOperatorDep
 from app.kit.deps import CompanyIdPath, SessionDep
 
 

@@ -20,7 +20,7 @@ from app.enablement.router import SPACE_EXAMPLES, SpaceIdPath
 from app.enablement.schemas import SpacePatch, SpaceSettingsOut
 from app.erasure.schemas import AnonymisedOut, DeletedOut
 from app.kit.api_tags import OPERATOR
-from app.kit.auth import CompanyOperatorDep, PlatformOperatorDep
+from app.kit.auth.dependencies import CompanyOperatorDep, PlatformOperatorDep
 from app.kit.config import ModelPrice, Settings
 from app.kit.deps import CompanyIdPath, PageDep, SessionDep, database
 from app.kit.pagination import Page

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response, status
 from app.conversations import service
 from app.conversations.schemas import ChatIdPath, StoredMessageOut
 from app.kit.api_tags import ORCHESTRATOR
-from app.kit.auth import PrincipalDep
+from app.kit.auth.dependencies import PrincipalDep
 from app.kit.deps import PageDep, SessionDep
 from app.kit.pagination import Page
 

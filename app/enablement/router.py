@@ -24,7 +24,7 @@ from app.enablement.schemas import (
     SpaceSettingsOut,
 )
 from app.kit.api_tags import OPERATOR, SPACE_ADMIN, USER
-from app.kit.auth import CompanyOperatorDep, PrincipalDep, require_role
+from app.kit.auth.dependencies import CompanyOperatorDep, PrincipalDep, require_role
 from app.kit.deps import CompanyIdPath, PageDep, SessionDep
 from app.kit.pagination import Page
 from app.kit.principal import Principal

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from app.erasure import service
 from app.erasure.schemas import ErasureOut
 from app.kit.api_tags import USER
-from app.kit.auth import PrincipalDep
+from app.kit.auth.dependencies import PrincipalDep
 from app.kit.deps import SessionDep
 
 router = APIRouter(tags=[USER])  # beside GET /v1/me; full paths, no prefix

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 from app.folders import service
 from app.folders.schemas import FolderOut
 from app.kit.api_tags import SPACE_ADMIN
-from app.kit.auth import PrincipalDep, require_operator_or_company_admin, role_check
+from app.kit.auth.dependencies import PrincipalDep, require_operator_or_company_admin, role_check
 from app.kit.deps import CompanyIdPath, SessionDep
 from app.kit.principal import Principal
 

@@ -13,7 +13,7 @@ from app.jobs.errors import JobNotFound
 from app.jobs.queue import JobStatus
 from app.jobs.schemas import JobSummary, JobView
 from app.kit.api_tags import OPERATOR, USER
-from app.kit.auth import CompanyOperatorDep, PrincipalDep
+from app.kit.auth.dependencies import CompanyOperatorDep, PrincipalDep
 from app.kit.deps import CompanyIdPath, PageDep, SessionDep
 from app.kit.pagination import Page
 

@@ -5,7 +5,7 @@ FastAPI documents a route's own responses; this module adds what routes do not s
 derived once from each route, so a route added later is covered without a line here:
 
 - 401 (`WWW-Authenticate: Bearer`) when a dependency resolves the caller (`current_principal`);
-- 403 when a dependency is a role check (`auth.role_check`);
+- 403 when a dependency is a role check (`app.kit.auth.dependencies.role_check`);
 - 429 (`Retry-After`) when a dependency is a rate limit (`RATE_LIMITS`), and the
   `RateLimit-Policy` and `RateLimit` header fields on every response of such an operation;
 - 400 and 413 when the operation takes a body (not JSON text; over the size limit), 422 when it
@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BeforeValidator, StrictInt
 from starlette.routing import BaseRoute
 
-from app.kit.auth import ROLE_CHECKS, current_principal
+from app.kit.auth.dependencies import ROLE_CHECKS, current_principal
 from app.kit.errors import PROBLEM_CONTENT_TYPE
 
 OpenAPI = dict[str, Any]

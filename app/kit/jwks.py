@@ -1,8 +1,8 @@
 """The signing keys of trusted OpenID issuers: each issuer's JWKS, fetched with httpx, cached,
 refreshed when a token names a key it does not hold, and kept while the provider is down.
 
-Keys are plain JWK dictionaries here; `app/kit/auth.py` (the only importer of PyJWT) checks
-that a key fits a token's algorithm and verifies with it.
+Keys are plain JWK dictionaries here; `app/kit/auth/verify.py` (PyJWT) checks that a key fits a
+token's algorithm and verifies with it.
 
 Per issuer, one `IssuerKeys`:
 

@@ -1,6 +1,6 @@
-"""Who the caller is, as the verified token says (`app/kit/auth.py` verifies it): a plain value,
-free of the token library and the web framework, so the worker and the services take it without
-either."""
+"""Who the caller is, as the verified token says (`app/kit/auth/verify.py` verifies it): a plain
+value, free of the token library and the web framework, so the worker and the services take it
+without either."""
 
 from __future__ import annotations
 

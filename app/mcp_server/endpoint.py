@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from app.kit.auth import principal_of
+from app.kit.auth.dependencies import principal_of
 from app.kit.db.engine import Database
 from app.kit.errors import Unauthorized
 from app.mcp_server.discovery import ResourceDiscovery

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 
 from app.kit.api_tags import OPERATOR, USER
-from app.kit.auth import PlatformOperatorDep, PrincipalDep
+from app.kit.auth.dependencies import PlatformOperatorDep, PrincipalDep
 from app.kit.deps import CompanyIdPath, SessionDep, company_id_path, database
 from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout, spooled_body
 from app.portability import export, importer, memory_import

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Resp
 
 from app.enablement import service as enablement
 from app.kit.api_tags import USER
-from app.kit.auth import PrincipalDep
+from app.kit.auth.dependencies import PrincipalDep
 from app.kit.deps import PageDep, SessionDep, database
 from app.kit.pagination import Page
 from app.kit.spool import ReadSlot, SpooledResponse, read_slots, send_timeout

@@ -16,7 +16,7 @@ from typing import Final
 
 from fastapi import Request
 
-from app.kit.auth import PrincipalDep, principal_of
+from app.kit.auth.dependencies import PrincipalDep, principal_of
 from app.kit.contract import RATE_LIMITS
 from app.kit.observability import RATE_LIMIT_HEADERS_KEY, Metrics
 from app.kit.principal import Principal

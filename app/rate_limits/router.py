@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Request
 
 from app.companies.dependencies import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
-from app.kit.auth import CompanyOperatorDep
+from app.kit.auth.dependencies import CompanyOperatorDep
 from app.kit.deps import CompanyIdPath, SessionDep
 from app.rate_limits import service
 from app.rate_limits.limiter import RateLimiter

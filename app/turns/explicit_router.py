@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
 
 from app.jobs.schemas import JobView
 from app.kit.api_tags import USER
-from app.kit.auth import PrincipalDep
+from app.kit.auth.dependencies import PrincipalDep
 from app.kit.config import Settings
 from app.kit.db.engine import Database
 from app.rate_limits.dependency import rate_limited

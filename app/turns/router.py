@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
 from app.conversations.schemas import ChatIdPath
 from app.jobs.wakeup import JobSignal
 from app.kit.api_tags import ORCHESTRATOR
-from app.kit.auth import PrincipalDep, current_principal, principal_of
+from app.kit.auth.dependencies import PrincipalDep, current_principal, principal_of
 from app.kit.config import Settings
 from app.kit.db.engine import Database
 from app.kit.deps import database

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 
 from app.companies.dependencies import UNREGISTERED_RESPONSE, RegisteredCompanyDep
 from app.kit.api_tags import OPERATOR
-from app.kit.auth import CompanyOperatorDep
+from app.kit.auth.dependencies import CompanyOperatorDep
 from app.kit.config import ModelPrice, Settings
 from app.kit.deps import CompanyIdPath, SessionDep
 from app.usage import service

@@ -25,7 +25,7 @@ import asyncpg
 import httpx
 import pytest
 
-from app.kit.auth import issue_token
+from app.kit.auth.mint import issue_token
 from app.kit.config import PROJECT_ROOT
 from app.kit.errors import PROBLEM_CONTENT_TYPE
 from app.kit.principal import Principal

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.jobs.router import _job_id
-from app.kit.auth import _bearer_scheme, current_principal
+from app.kit.auth.dependencies import _bearer_scheme, current_principal
 from app.kit.lean_routes import IgnoredOverride, LeanRoute, Provider, guard_dependency_overrides
 from app.main import create_app
 from app.turns import router as turns_router

@@ -1,4 +1,4 @@
-"""Bearer-token authentication: the only importer of PyJWT.
+"""A bearer token verified into a `Principal`, free of the web framework.
 
 Identity comes only from a verified token. A token is routed to its verifier by `iss` before
 any signature work: a trusted OpenID issuer of AUTH_ISSUERS (keys from its JWKS, claims read
@@ -20,21 +20,16 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Annotated, Any, Final, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 
 import jwt
 import orjson
-from fastapi import APIRouter, Depends, Request, Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
 
-from app.kit.api_tags import USER
 from app.kit.config import IssuerConfig, Settings
-from app.kit.deps import CompanyIdPath
-from app.kit.errors import ForeignCompany, RoleRequired, Unauthorized
+from app.kit.errors import Unauthorized
 from app.kit.jwks import JwkDict, KeyStore
-from app.kit.principal import COMPANY_OPERATOR_ROLE, KNOWN_ROLES, PLATFORM_ROLE, Principal
+from app.kit.principal import KNOWN_ROLES, PLATFORM_ROLE, Principal
 
 logger = logging.getLogger(__name__)
 
@@ -268,64 +263,6 @@ class TokenVerifier:
         return frozenset(granted)
 
 
-def verifier_lines(settings: Settings) -> list[str]:
-    """One line per active token verifier, as start-up logs them: its issuer (`static` for
-    the JWT_* key, with its `iss`), kind (`jwks`, `hmac`, `public-key`), algorithms, company
-    rule, whether it is platform, and its role map. Never a secret or key material: keys are
-    named by kind only. A static key that is off says so in a line of its own."""
-    lines = [
-        _verifier_line(settings, entry, f"issuer={entry.issuer}", "jwks", entry.algorithms)
-        for entry in settings.auth_issuers
-    ]
-    hmac = [a for a in settings.jwt_algorithms if a.startswith("HS")]
-    public = [a for a in settings.jwt_algorithms if not a.startswith("HS")]
-    kinds = []
-    if hmac and settings.static_hmac_enabled:
-        kinds.append("hmac")
-    if public and settings.jwt_public_key is not None:
-        kinds.append("public-key")
-    name = f"issuer=static ({settings.jwt_issuer})"
-    if not kinds:
-        return [
-            *lines,
-            f"token verifier {name}: off (the built-in development secret is not "
-            "honoured outside ENVIRONMENT=development)",
-        ]
-    algorithms = [*(hmac if "hmac" in kinds else []), *(public if "public-key" in kinds else [])]
-    return [
-        *lines,
-        _verifier_line(settings, settings.static_issuer, name, "+".join(kinds), algorithms),
-    ]
-
-
-def log_verifiers(settings: Settings) -> None:
-    """Start-up: say which token checks are active (`verifier_lines`)."""
-    for line in verifier_lines(settings):
-        logger.info(line)
-
-
-def _verifier_line(
-    settings: Settings, entry: IssuerConfig, name: str, kind: str, algorithms: Iterable[str]
-) -> str:
-    if entry.company is not None:
-        company = f"fixed {entry.company}"
-    else:
-        others = sorted(settings.owned_companies)
-        company = f"claim {entry.company_claim}"
-        if others:
-            company += f" (not {', '.join(others)})"
-    if entry.roles_claim is None:
-        roles = "none"
-    elif entry.role_map is None:
-        roles = f"{entry.roles_claim} as named"
-    else:
-        roles = f"{entry.roles_claim} {json.dumps(entry.role_map, sort_keys=True)}"
-    return (
-        f"token verifier {name} kind={kind} algorithms={','.join(algorithms)} "
-        f"company={company} platform={'yes' if entry.platform else 'no'} roles={roles}"
-    )
-
-
 def _unverified(token: str) -> tuple[object, object]:
     """The header and claims of a compact JWS, read without any check, to route it by `iss`:
     the decode that follows reads the same bytes again, strictly, and verifies them."""
@@ -433,163 +370,4 @@ def _is_identifier(value: object, max_length: int = _MAX_ID_LENGTH) -> bool:
         and 0 < len(value) <= max_length
         and value.isprintable()
         and value.strip() == value
-    )
-
-
-def issue_token(
-    settings: Settings,
-    principal: Principal,
-    *,
-    ttl_seconds: int = 3600,
-    now: float | None = None,
-    extra_claims: dict[str, Any] | None = None,
-) -> str:
-    """Sign a token for `principal` with the configured key (development, tests and the `token`
-    command)."""
-    issued = int(now if now is not None else time.time())
-    claims: dict[str, Any] = {
-        "sub": principal.user_id,
-        "company_id": principal.company_id,
-        "roles": sorted(principal.roles),
-        "iss": settings.jwt_issuer,
-        "aud": settings.jwt_audience,
-        "iat": issued,
-        "exp": issued + ttl_seconds,
-    }
-    claims.update(extra_claims or {})
-    algorithm = settings.jwt_algorithms[0]
-    if algorithm.startswith("HS"):
-        key = settings.jwt_secret.get_secret_value()
-    elif settings.jwt_private_key is not None:
-        key = settings.jwt_private_key.get_secret_value()
-    else:
-        raise ValueError(f"signing with {algorithm} needs JWT_PRIVATE_KEY")
-    return str(jwt.encode(claims, key, algorithm=algorithm))
-
-
-def _bearer_token(request: Request) -> str:
-    header = request.headers.get("authorization")
-    if not header:
-        raise Unauthorized
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token or " " in token.strip():
-        raise Unauthorized
-    return token.strip()
-
-
-_bearer_scheme = HTTPBearer(
-    auto_error=False,
-    bearerFormat="JWT",
-    description="A JWT issued by your identity provider, with `sub`, `company_id`, `exp`, `iss` "
-    "and `aud` (and optional `roles`). In Swagger UI's Authorize, paste the token alone, "
-    "without `Bearer `; `make run` prints a development one.",
-)
-
-
-async def principal_of(request: Request) -> Principal:
-    """The verified caller of `request` (401 for a missing, malformed or invalid token)."""
-    verifier: TokenVerifier = request.app.state.token_verifier
-    return await verifier.verify(_bearer_token(request))
-
-
-async def current_principal(
-    request: Request,
-    _documented: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer_scheme)],
-) -> Principal:
-    """The verified caller. The header is parsed here, strictly; HTTPBearer only documents it."""
-    return await principal_of(request)
-
-
-PrincipalDep = Annotated[Principal, Depends(current_principal)]
-
-
-ROLE_CHECKS: set[Callable[..., Any]] = set()
-"""Dependencies that may refuse the caller's role (403); the published contract says so for
-every route that depends on one."""
-
-_Dependency = TypeVar("_Dependency", bound=Callable[..., Any])
-
-
-def role_check(dependency: _Dependency) -> _Dependency:
-    """Register `dependency` as a role check (it raises `Forbidden`)."""
-    ROLE_CHECKS.add(dependency)
-    return dependency
-
-
-def require_role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
-    """Dependency: the caller must hold `role` (403 otherwise)."""
-
-    @role_check
-    async def dependency(principal: PrincipalDep) -> Principal:
-        if not principal.has_role(role):
-            raise RoleRequired(role)
-        return principal
-
-    return dependency
-
-
-def require_operator_or_company_admin(
-    principal: Principal, company_id: str, *, space_admin_may_read: bool = False
-) -> None:
-    """Company routes: operators may act on any company; a space admin only reads their own.
-
-    A space admin naming another company gets 404 (no existence oracle).
-    """
-    if principal.has_role("operator"):
-        return
-    if space_admin_may_read and principal.has_role("space_admin"):
-        if principal.company_id != company_id:
-            raise ForeignCompany
-        return
-    raise RoleRequired("operator")
-
-
-def require_company_operator(principal: Principal, company_id: str) -> None:
-    """Company operations: a platform operator acts on any company, a company operator on their
-    own company only; a company operator naming another company gets 404 (no existence oracle),
-    anyone else 403."""
-    if principal.has_role(PLATFORM_ROLE):
-        return
-    if principal.has_role(COMPANY_OPERATOR_ROLE):
-        if principal.company_id != company_id:
-            raise ForeignCompany
-        return
-    raise RoleRequired(PLATFORM_ROLE, COMPANY_OPERATOR_ROLE)
-
-
-@role_check
-async def _company_operator(company_id: CompanyIdPath, principal: PrincipalDep) -> Principal:
-    require_company_operator(principal, company_id)
-    return principal
-
-
-CompanyOperatorDep = Annotated[Principal, Depends(_company_operator)]
-"""A company's routes that its own operators use as platform operators do: flags, memory
-policy, rate limits, model budget, usage, jobs, the audit log, spaces and erasure requests."""
-PlatformOperatorDep = Annotated[Principal, Depends(require_role(PLATFORM_ROLE))]
-"""Routes across companies, or that move a company's data (list, register, offboard, export
-and import a company): platform operators only."""
-
-
-# --- who am I ---------------------------------------------------------------------------------
-
-router = APIRouter(tags=[USER])  # full paths, no prefix: metrics label by template
-
-
-class Me(BaseModel):
-    user_id: str
-    company_id: str
-    roles: list[str]
-
-
-@router.get(
-    "/v1/me",
-    summary="Who the bearer token says the caller is",
-    description="Called by anyone holding a token, first of all to check it: the user, company "
-    "and known roles the service reads from it, without touching the database. Every refused "
-    "token is the same 401, which does not say why.",
-)
-async def who_am_i(principal: PrincipalDep) -> Me:
-    return Me(
-        user_id=principal.user_id, company_id=principal.company_id, roles=sorted(principal.roles)
     )
