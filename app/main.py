@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -74,72 +74,83 @@ Every `/v1` route needs `Authorization: Bearer <JWT>`; errors are `application/p
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Everything a serving process holds, each resource entered and its release pushed on one
+    stack: at shutdown (or when start-up fails part way) they are released in the reverse
+    order, each one whether or not a release before it failed. Released first the MCP
+    endpoint, then the overrides' refresh, the in-process worker (it finishes the jobs in hand)
+    and its pool, the job signal, the usage meter (the counts since the last flush), the
+    issuers' keys, the database, the embedded PostgreSQL, and last the tracing."""
     guard_dependency_overrides(app)  # overrides the lean routes would ignore: refused
     settings: Settings = app.state.settings
     tracing: Tracing = app.state.tracing
+    verifier: TokenVerifier = app.state.token_verifier
     # before anything can fail: a mistyped DB_* or WORKER_* variable is then in the log too
     warn_unknown_settings(os.environ)
-    url, embedded = await database_url(settings)
-    database = create_database(url, settings)
-    app.state.database = database
-    app.state.turn_batcher = TurnBatcher(
-        database.driver.connection,
-        quota_limits(settings),
-        max_batch=settings.turn_batch_max,
-        in_flight=min(settings.turn_batch_in_flight, settings.db_hot_pool_size),
-        observe=app.state.metrics.turn_save_batch_turns.observe,
-        citus=partial(runs_citus, database.engine),
-    )
-    # the one tiktoken wrapper: loads the offline encoding now, not at the first request
-    app.state.tokens = TokenCounters()
-    # turns saved and contexts served, counted in memory, written every USAGE_FLUSH_SECONDS
-    meter = UsageMeter(
-        database,
-        settings.usage_flush_seconds,
-        on_flush_failure=app.state.metrics.usage_flush_failures.inc,
-    )
-    app.state.usage_meter = meter
-    # idle workers woken when turn-saves queue jobs (app/jobs/wakeup.py)
-    app.state.job_signal = job_signal = JobSignal(
-        database.driver.connect_kwargs, settings.job_notify_interval_ms / 1000
-    )
-    verifier: TokenVerifier = app.state.token_verifier
-    worker: BackgroundWorker | None = None
-    worker_database: Database | None = None
-    overrides: asyncio.Task[None] | None = None
-    tracing.start()  # in this process: after `serve --workers N` spawned it
-    try:
-        meter.start()
-        await verifier.keys.open()  # the trusted issuers' keys, before the first request
+    async with AsyncExitStack() as stack:
+        # pushed first to run last: flushes the spans still waiting for export, those of the
+        # shutdown included (nothing to do unless `tracing.start()` below ran)
+        stack.push_async_callback(asyncio.to_thread, tracing.stop)
+        url, embedded = await database_url(settings)
+        if embedded is not None:
+            stack.push_async_callback(asyncio.to_thread, embedded.stop)
+        database = create_database(url, settings)
+        stack.push_async_callback(database.dispose)
+        app.state.database = database
+        app.state.turn_batcher = TurnBatcher(
+            database.driver.connection,
+            quota_limits(settings),
+            max_batch=settings.turn_batch_max,
+            in_flight=min(settings.turn_batch_in_flight, settings.db_hot_pool_size),
+            observe=app.state.metrics.turn_save_batch_turns.observe,
+            citus=partial(runs_citus, database.engine),
+        )
+        # the one tiktoken wrapper: loads the offline encoding now, not at the first request
+        app.state.tokens = TokenCounters()
+        tracing.start()  # in this process: after `serve --workers N` spawned it
+        # the trusted issuers' keys, before the first request; closed even if a fetch fails
+        stack.push_async_callback(verifier.keys.close)
+        await verifier.keys.open()
         log_verifiers(settings)  # which token checks are active, never a key
+        # turns saved and contexts served, counted in memory, written every USAGE_FLUSH_SECONDS
+        meter = UsageMeter(
+            database,
+            settings.usage_flush_seconds,
+            on_flush_failure=app.state.metrics.usage_flush_failures.inc,
+        )
+        app.state.usage_meter = meter
+        meter.start()
+        stack.push_async_callback(meter.stop)
+        # idle workers woken when turn-saves queue jobs (app/jobs/wakeup.py)
+        app.state.job_signal = job_signal = JobSignal(
+            database.driver.connect_kwargs, settings.job_notify_interval_ms / 1000
+        )
+        stack.push_async_callback(job_signal.close)
         await rate_limits_service.refresh_or_keep(database.engine, app.state.rate_limiter)
+        policy = version_policy(settings, app.state.tokens, app.state.metrics)
+        if settings.worker_enabled:
+            # its own small pool: claims and heartbeats never wait behind request traffic
+            worker_database = create_database(url, settings, pool_size=settings.worker_pool_size)
+            stack.push_async_callback(worker_database.dispose)
+            worker = _in_process_worker(app, worker_database, policy)
+            worker.start()
+            stack.push_async_callback(worker.stop)
         overrides = asyncio.create_task(
             rate_limits_service.keep_overrides_fresh(
                 database.engine, app.state.rate_limiter, settings.rate_limit_refresh_seconds
             )
         )
-        policy = version_policy(settings, app.state.tokens, app.state.metrics)
-        if settings.worker_enabled:
-            # its own small pool: claims and heartbeats never wait behind request traffic
-            worker_database = create_database(url, settings, pool_size=settings.worker_pool_size)
-            worker = _in_process_worker(app, worker_database, policy)
-            worker.start()
+        stack.push_async_callback(_cancel, overrides)
         mcp: McpEndpoint = app.state.mcp
-        async with mcp.running(database, policy, app.state.rate_limiter, tracing.tracer):
-            freeze_startup_objects()
-            yield
-    finally:
-        if overrides is not None:
-            overrides.cancel()
-            await asyncio.gather(overrides, return_exceptions=True)
-        await _stop_in_process_worker(worker, worker_database)
-        await job_signal.close()
-        await meter.stop()  # the counts since the last flush
-        await verifier.keys.close()
-        await database.dispose()
-        if embedded is not None:
-            await asyncio.to_thread(embedded.stop)
-        await asyncio.to_thread(tracing.stop)  # flushes the spans still waiting for export
+        await stack.enter_async_context(
+            mcp.running(database, policy, app.state.rate_limiter, tracing.tracer)
+        )
+        freeze_startup_objects()
+        yield
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) -> BackgroundWorker:
@@ -154,16 +165,6 @@ def _in_process_worker(app: FastAPI, database: Database, policy: VersionPolicy) 
         policy=policy,
         offboarder=app.state.offboarder,
     )
-
-
-async def _stop_in_process_worker(
-    worker: BackgroundWorker | None, database: Database | None
-) -> None:
-    """Stop the worker (it finishes the jobs in hand), then close its pool."""
-    if worker is not None:
-        await worker.stop()
-    if database is not None:
-        await database.dispose()
 
 
 def create_app(settings: Settings | None = None, tracing: Tracing | None = None) -> FastAPI:
