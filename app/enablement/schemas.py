@@ -29,8 +29,8 @@ from app.kit.contract import WHOLE_NUMBER
 from app.kit.pagination import Page
 from app.kit.schemas import Schema
 
-if TYPE_CHECKING:  # the service takes this module's request bodies; only types flow back
-    from app.enablement.service import MemoryPolicyView, SpaceView
+if TYPE_CHECKING:
+    from app.enablement.views import MemoryPolicyView, SpaceView
 
 
 # who last changed a flag or a space: a person is (company, user id), as in the audit log

@@ -22,7 +22,6 @@ from app.enablement.decision import (
     WEB_SEARCH_TOOLTIP,
     CompanyFlags,
     Decision,
-    SwitchState,
     context_memory_switch,
     effective_enablement,
 )
@@ -31,6 +30,7 @@ from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
 from app.enablement.memory_policy_repository import actions_json
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
+from app.enablement.views import MemoryPolicyView, SpaceView
 from app.folders import service as folders
 from app.kit.errors import Unprocessable
 from app.kit.pagination import Page, PageRequest, page_of
@@ -136,33 +136,6 @@ async def _company_flags(session: AsyncSession, company_id: str) -> CompanyFlags
 # --- the company's memory policy ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MemoryPolicyView:
-    """A company's memory policy; `default` when it never saved one (then nobody edited it)."""
-
-    company_id: str
-    policy: MemoryPolicy
-    default: bool = True
-    updated_at: datetime | None = None
-    updated_by_company_id: str | None = None
-    updated_by: str | None = None
-
-    @classmethod
-    def of(
-        cls, company_id: str, record: memory_policy_repository.MemoryPolicyRecord | None
-    ) -> MemoryPolicyView:
-        if record is None:
-            return cls(company_id, DEFAULT_POLICY)
-        return cls(
-            company_id,
-            record.policy,
-            default=False,
-            updated_at=record.updated_at,
-            updated_by_company_id=record.updated_by_company_id,
-            updated_by=record.updated_by,
-        )
-
-
 def _policy_fields(policy: MemoryPolicy) -> dict[str, object]:
     """The policy as the audit trail records it (changed fields only, see `changed_fields`)."""
     return {
@@ -212,17 +185,6 @@ async def set_company_memory_policy(
 
 
 # --- space settings -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpaceView:
-    """A space's settings (defaults when never saved), its switch and its space-level decision."""
-
-    space_id: str
-    settings: SpaceRecord
-    switch: SwitchState
-    decision: Decision
-    decision_reason: str
 
 
 def _space_view(space_id: str, flags: CompanyFlags, space: SpaceRecord) -> SpaceView:
