@@ -105,7 +105,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             citus=partial(runs_citus, database.engine),
         )
         # the one tiktoken wrapper: loads the offline encoding now, not at the first request
-        app.state.tokens = TokenCounters()
+        app.state.tokens = TokenCounters(settings.llm_encodings_dir)
         tracing.start()  # in this process: after `serve --workers N` spawned it
         # the trusted issuers' keys, before the first request; closed even if a fetch fails
         stack.push_async_callback(verifier.keys.close)

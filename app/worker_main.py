@@ -92,7 +92,7 @@ async def running_worker(
     url, embedded = await database_url(settings)
     database = create_database(url, settings, pool_size=settings.worker_pool_size)
     metrics = Metrics()
-    tokens = TokenCounters()
+    tokens = TokenCounters(settings.llm_encodings_dir)
     tracing.start()
     worker = consolidation_worker(
         database,

@@ -381,6 +381,14 @@ class Settings(BaseSettings):
         ),
     )
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
+    llm_encodings_dir: Path | None = Field(
+        default=None,
+        description=(
+            "A directory of token encoding files as OpenAI publishes them (`o200k_base.tiktoken`):"
+            " a model whose encoding is there is counted with it; any other with the bundled "
+            "cl100k encoding. Nothing is ever downloaded."
+        ),
+    )
     azure_openai_endpoint: str | None = None
     azure_openai_api_version: str | None = None
     consolidation_strategy: ConsolidationStrategy = "operations"
@@ -746,7 +754,7 @@ READ_ELSEWHERE: Final = frozenset(
     }
 )
 """Variables under a settings prefix that something else reads on purpose. What the service's
-own code reads from the environment (`OTEL_*`, the tiktoken cache) is under no settings prefix;
+own code reads from the environment (`OTEL_*`) is under no settings prefix;
 tests/test_settings_typos.py holds that and fails when a new read would be flagged."""
 
 # what Kubernetes sets in every pod for each service of its namespace (`WORKER_SERVICE_HOST`,
