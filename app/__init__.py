@@ -8,8 +8,9 @@ tests/test_package_order.py. What each layer holds, and why it sits where it doe
 1. `kit`: the shared plumbing (configuration, errors, the database, authentication and the
    issuers' keys, token counting, the model adapter, request limits, the HTTP protocol,
    pagination, logs, metrics, traces, the lean routes, the embedded PostgreSQL, the contract's
-   additions, API tags, snapshots); `detectors`: the secret, contact, number and instruction
-   detectors. Neither imports the other, nor any other package of `app`.
+   additions, API tags, snapshots, the audited write of a company setting); `detectors`: the
+   secret, contact, number and instruction detectors. Neither imports the other, nor any
+   other package of `app`.
 2. `companies` (on `kit` only): the registry of companies, the platform log that outlives them,
    the records of their offboardings, and the one check of an operator's write (the company is
    registered). Above it `jobs`: the durable job queue and its worker; knows no domain.

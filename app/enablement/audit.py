@@ -1,5 +1,5 @@
-"""The audit log of settings changes: record an event in the caller's transaction, list them,
-and what an erasure leaves of it.
+"""The audit log of settings changes: record an event in the caller's transaction (the log's
+writes are `app.kit.audited_setting`'s), list them, and what an erasure leaves of it.
 
 An event holds who (the actor's company and user id), when, what and old -> new of the changed
 fields only; never memory content.
@@ -7,38 +7,34 @@ fields only; never memory content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement.models import AuditEvent
-from app.kit.principal import Principal
+from app.kit.audited_setting import Actor, AuditEntry, AuditLog
 
-JsonObject = Mapping[str, object]
+__all__ = [  # the trail's vocabulary, `Actor` and `AuditEntry` included (defined in the kit)
+    "AUDIT_LOG",
+    "ERASED_ACTOR",
+    "USER_ERASED",
+    "Actor",
+    "AuditEntry",
+    "AuditErasure",
+    "AuditRecord",
+    "erase_user_events",
+    "record_event",
+    "select_events",
+]
 
 USER_ERASED: Final = "user.erased"
 """The one kind of event an erasure keeps about the erased user (target `user`, the user's id):
 when it happened and counts of what it deleted, never content. Earlier ones are kept too."""
 ERASED_ACTOR: Final = "erased-user"
 """Who an erased user's remaining changes of company settings name as their actor."""
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who changed something: a user of a company. A user id names a person only together with
-    its company (an operator of one company changes the settings of others)."""
-
-    company_id: str
-    user_id: str
-
-    @classmethod
-    def of(cls, principal: Principal) -> Actor:
-        """The caller, as the verified token names them."""
-        return cls(principal.company_id, principal.user_id)
 
 
 @dataclass(frozen=True)
@@ -54,51 +50,8 @@ class AuditRecord:
     new: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class AuditEntry:
-    """One event to record: who did what to which target, and the changed fields' values."""
-
-    actor: Actor
-    action: str
-    target_kind: str
-    target_id: str
-    old: JsonObject | None
-    new: JsonObject | None
-
-
-def changed_fields(old: JsonObject, new: JsonObject) -> tuple[dict[str, object], dict[str, object]]:
-    """The (old, new) values of the keys whose value differs, recursing into nested objects.
-
-    `changed_fields({"a": 1, "b": {"c": 2, "d": 3}}, {"a": 1, "b": {"c": 2, "d": 4}})` is
-    `({"b": {"d": 3}}, {"b": {"d": 4}})`; both are empty when nothing changed.
-    """
-    before: dict[str, object] = {}
-    after: dict[str, object] = {}
-    for key in old.keys() | new.keys():
-        old_value, new_value = old.get(key), new.get(key)
-        if isinstance(old_value, Mapping) and isinstance(new_value, Mapping):
-            nested_old, nested_new = changed_fields(old_value, new_value)
-            if nested_old or nested_new:
-                before[key], after[key] = nested_old, nested_new
-        elif old_value != new_value:
-            before[key], after[key] = old_value, new_value
-    return before, after
-
-
-async def record_event(session: AsyncSession, company_id: str, entry: AuditEntry) -> None:
-    """Append an event; it commits or rolls back with the change it describes."""
-    await session.execute(
-        insert(AuditEvent).values(
-            company_id=company_id,
-            actor_company_id=entry.actor.company_id,
-            actor_id=entry.actor.user_id,
-            action=entry.action,
-            target_kind=entry.target_kind,
-            target_id=entry.target_id,
-            old=None if entry.old is None else dict(entry.old),
-            new=None if entry.new is None else dict(entry.new),
-        )
-    )
+AUDIT_LOG: Final = AuditLog(AuditEvent)
+record_event = AUDIT_LOG.record
 
 
 async def select_events(
@@ -150,11 +103,7 @@ async def erase_user_events(session: AsyncSession, company_id: str, user_id: str
         .where(AuditEvent.company_id == company_id, about_user, kept)
         .returning(AuditEvent.id)
     )
-    by_user = and_(AuditEvent.actor_company_id == company_id, AuditEvent.actor_id == user_id)
-    anonymised = await session.execute(
-        update(AuditEvent)
-        .where(by_user, kept)
-        .values(actor_id=ERASED_ACTOR)
-        .returning(AuditEvent.id)
+    anonymised = await AUDIT_LOG.anonymise_actor(
+        session, Actor(company_id, user_id), ERASED_ACTOR, sparing=USER_ERASED
     )
-    return AuditErasure(deleted=len(deleted.all()), anonymised=len(anonymised.all()))
+    return AuditErasure(deleted=len(deleted.all()), anonymised=anonymised)

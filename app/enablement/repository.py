@@ -1,5 +1,6 @@
 """SQL for company flags, space and user settings, the hot-path enablement read, the deletion
-of a user's memory on opt-out, and what an erasure forgets (flushes, never commits).
+of a user's memory on opt-out, and what an erasure forgets (flushes, never commits). The flags'
+and spaces' tables are audited settings (`app.kit.audited_setting`).
 """
 
 from __future__ import annotations
@@ -7,14 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import RowMapping, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.elements import ColumnElement
 
-from app.enablement.audit import Actor
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
     FLAG_CONTEXT_MEMORY,
@@ -26,19 +25,10 @@ from app.enablement.models import (
     DEFAULT_LANGUAGE_MODEL,
     DEFAULT_MAX_TOKENS,
     CompanyFeatureFlag,
-    CompanyMemoryPolicy,
     SpaceSettings,
     UserSettings,
 )
-
-
-@dataclass(frozen=True)
-class FlagRecord:
-    flag: str
-    enabled: bool
-    updated_at: datetime
-    updated_by_company_id: str
-    updated_by: str
+from app.kit.audited_setting import SettingTable, Stored
 
 
 @dataclass(frozen=True)
@@ -80,7 +70,18 @@ class EnablementInputs:
 # --- company feature flags ----------------------------------------------------------------------
 
 
-async def select_flags(session: AsyncSession, company_id: str) -> list[FlagRecord]:
+FEATURE_FLAGS: Final = SettingTable[bool](
+    CompanyFeatureFlag,
+    key=("flag",),
+    columns=("enabled",),
+    to_row=lambda enabled: {"enabled": enabled},
+    of_row=lambda row: bool(row["enabled"]),
+)
+"""A company's flags, one row per flag set; a flag never set is off."""
+
+
+async def select_flags(session: AsyncSession, company_id: str) -> dict[str, Stored[bool]]:
+    """The company's flags ever set, by name."""
     statement = select(
         CompanyFeatureFlag.flag,
         CompanyFeatureFlag.enabled,
@@ -89,145 +90,72 @@ async def select_flags(session: AsyncSession, company_id: str) -> list[FlagRecor
         CompanyFeatureFlag.updated_by,
     ).where(CompanyFeatureFlag.company_id == company_id)
     rows = (await session.execute(statement)).all()
-    return [FlagRecord(*row) for row in rows]
-
-
-async def lock_flag(session: AsyncSession, company_id: str, flag: str) -> FlagRecord | None:
-    """The flag as stored (None when never set), row-locked until the transaction ends."""
-    statement = (
-        select(
-            CompanyFeatureFlag.flag,
-            CompanyFeatureFlag.enabled,
-            CompanyFeatureFlag.updated_at,
-            CompanyFeatureFlag.updated_by_company_id,
-            CompanyFeatureFlag.updated_by,
-        )
-        .where(CompanyFeatureFlag.company_id == company_id, CompanyFeatureFlag.flag == flag)
-        .with_for_update()
-    )
-    row = (await session.execute(statement)).first()
-    return None if row is None else FlagRecord(*row)
-
-
-async def upsert_flag(
-    session: AsyncSession, company_id: str, flag: str, enabled: bool, editor: Actor
-) -> FlagRecord:
-    values = insert(CompanyFeatureFlag).values(
-        company_id=company_id,
-        flag=flag,
-        enabled=enabled,
-        updated_by_company_id=editor.company_id,
-        updated_by=editor.user_id,
-        updated_at=func.now(),
-    )
-    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
-    statement = values.on_conflict_do_update(
-        index_elements=[CompanyFeatureFlag.company_id, CompanyFeatureFlag.flag],
-        set_={
-            "enabled": values.excluded.enabled,
-            "updated_by_company_id": values.excluded.updated_by_company_id,
-            "updated_by": values.excluded.updated_by,
-            "updated_at": values.excluded.updated_at,
-        },
-    ).returning(CompanyFeatureFlag.updated_at)
-    updated_at = (await session.execute(statement)).scalar_one()
-    return FlagRecord(flag, enabled, updated_at, editor.company_id, editor.user_id)
+    return {
+        row.flag: Stored(row.enabled, row.updated_at, row.updated_by_company_id, row.updated_by)
+        for row in rows
+    }
 
 
 # --- space settings -----------------------------------------------------------------------------
 
-_SPACE_COLUMNS = (
-    SpaceSettings.context_memory,
-    SpaceSettings.web_search,
-    SpaceSettings.use_orchestrator_language_model,
-    SpaceSettings.language_model,
-    SpaceSettings.max_tokens,
-    SpaceSettings.updated_at,
-    SpaceSettings.updated_by_company_id,
-    SpaceSettings.updated_by,
+_SPACE_VALUES = (
+    "context_memory",
+    "web_search",
+    "use_orchestrator_language_model",
+    "language_model",
+    "max_tokens",
 )
 
 
-def _space_key(company_id: str, space_id: str) -> tuple[ColumnElement[bool], ...]:
-    return (SpaceSettings.company_id == company_id, SpaceSettings.space_id == space_id)
-
-
-async def select_space(
-    session: AsyncSession, company_id: str, space_id: str, *, for_update: bool = False
-) -> SpaceRecord | None:
-    """The saved settings, or None for a space never saved; `for_update` row-locks them."""
-    statement = select(*_SPACE_COLUMNS).where(*_space_key(company_id, space_id))
-    if for_update:
-        statement = statement.with_for_update()
-    row = (await session.execute(statement)).first()
-    return None if row is None else _space_record(row)
-
-
-async def select_spaces(
-    session: AsyncSession, company_id: str, *, after: str | None, limit: int
-) -> list[tuple[str, SpaceRecord]]:
-    """Up to `limit` saved spaces of the company by space id, after `after`."""
-    statement = (
-        select(SpaceSettings.space_id, *_SPACE_COLUMNS)
-        .where(SpaceSettings.company_id == company_id)
-        .order_by(SpaceSettings.space_id)
-        .limit(limit)
-    )
-    if after is not None:
-        statement = statement.where(SpaceSettings.space_id > after)
-    return [(row.space_id, _space_record(row)) for row in await session.execute(statement)]
-
-
-def _space_record(row: Any) -> SpaceRecord:  # a Row of _SPACE_COLUMNS (and more)
+def _space_record(row: RowMapping) -> SpaceRecord:
     return SpaceRecord(
-        context_memory=row.context_memory,
-        web_search=row.web_search,
+        context_memory=row["context_memory"],
+        web_search=row["web_search"],
         user_memory=UserMemoryConfig(
-            row.use_orchestrator_language_model, row.language_model, row.max_tokens
+            row["use_orchestrator_language_model"], row["language_model"], row["max_tokens"]
         ),
         saved=True,
-        updated_at=row.updated_at,
-        updated_by_company_id=row.updated_by_company_id,
-        updated_by=row.updated_by,
+        updated_at=row["updated_at"],
+        updated_by_company_id=row["updated_by_company_id"],
+        updated_by=row["updated_by"],
     )
 
 
-def _space_values(space: SpaceRecord, editor: Actor) -> dict[str, object]:
+def _space_values(space: SpaceRecord) -> dict[str, object]:
     return {
         "context_memory": space.context_memory,
         "web_search": space.web_search,
         "use_orchestrator_language_model": space.user_memory.use_orchestrator_language_model,
         "language_model": space.user_memory.language_model,
         "max_tokens": space.user_memory.max_tokens,
-        "updated_by_company_id": editor.company_id,
-        "updated_by": editor.user_id,
     }
 
 
-async def insert_space(
-    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, editor: Actor
-) -> datetime | None:
-    """Save a space for the first time; None when a concurrent request saved it first."""
-    statement = (
-        insert(SpaceSettings)
-        .values(company_id=company_id, space_id=space_id, **_space_values(space, editor))
-        .on_conflict_do_nothing(index_elements=[SpaceSettings.company_id, SpaceSettings.space_id])
-        .returning(SpaceSettings.updated_at)
-    )
-    return (await session.execute(statement)).scalar_one_or_none()
+SPACE_SETTINGS: Final = SettingTable[SpaceRecord](
+    SpaceSettings,
+    key=("space_id",),
+    columns=_SPACE_VALUES,
+    to_row=_space_values,
+    of_row=_space_record,
+)
+"""A space's settings, one row per space saved; a space never saved is at its defaults."""
 
 
-async def update_space(
-    session: AsyncSession, company_id: str, space_id: str, space: SpaceRecord, editor: Actor
-) -> datetime:
+async def select_spaces(
+    session: AsyncSession, company_id: str, *, after: str | None, limit: int
+) -> list[tuple[str, SpaceRecord]]:
+    """Up to `limit` saved spaces of the company by space id, after `after`."""
+    columns = (*_SPACE_VALUES, "updated_at", "updated_by_company_id", "updated_by")
     statement = (
-        update(SpaceSettings)
-        .where(*_space_key(company_id, space_id))
-        .values(**_space_values(space, editor), updated_at=func.now())
-        .returning(SpaceSettings.updated_at)
-        .execution_options(synchronize_session=False)
+        select(SpaceSettings.space_id, *(SpaceSettings.__table__.c[name] for name in columns))
+        .where(SpaceSettings.company_id == company_id)
+        .order_by(SpaceSettings.space_id)
+        .limit(limit)
     )
-    return (await session.execute(statement)).scalar_one()
+    if after is not None:
+        statement = statement.where(SpaceSettings.space_id > after)
+    rows = await session.execute(statement)
+    return [(row.space_id, _space_record(row._mapping)) for row in rows]
 
 
 # --- user settings ------------------------------------------------------------------------------
@@ -274,25 +202,6 @@ async def delete_user_setting(session: AsyncSession, company_id: str, user_id: s
         .returning(UserSettings.user_id)
     )
     return (await session.execute(statement)).first() is not None
-
-
-async def anonymise_editor(
-    session: AsyncSession, company_id: str, user_id: str, marker: str
-) -> int:
-    """Erasure: the flags, space settings and memory policies last changed by the user
-    (`updated_by_company_id` and `updated_by` both matching, in any company: operators change
-    other companies' flags and policies) keep their values but name `marker` as `updated_by`;
-    returns how many rows."""
-    changed = 0
-    for table in (CompanyFeatureFlag, SpaceSettings, CompanyMemoryPolicy):
-        result = await session.execute(
-            update(table)
-            .where(table.updated_by_company_id == company_id, table.updated_by == user_id)
-            .values(updated_by=marker)
-            .returning(table.company_id)
-        )
-        changed += len(result.all())
-    return changed
 
 
 # --- the hot-path read, and its fragments for the orchestrator's one-statement reads (app/turns) --

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.enablement import audit, memory_policy_repository, repository
-from app.enablement.audit import Actor, AuditRecord, changed_fields
+from app.enablement import audit, repository
+from app.enablement.audit import AuditRecord
 from app.enablement.decision import (
     FLAG_ALLOW_WITH_WEB_SEARCH,
     FLAG_CONTEXT_MEMORY,
@@ -27,11 +28,12 @@ from app.enablement.decision import (
 )
 from app.enablement.errors import SpaceSettingsChanged
 from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
-from app.enablement.memory_policy_repository import actions_json
+from app.enablement.memory_policy_repository import MEMORY_POLICIES, policy_columns
 from app.enablement.repository import SpaceRecord, UserMemoryConfig
 from app.enablement.schemas import SpacePatch
 from app.enablement.views import MemoryPolicyView, SpaceView
 from app.folders import service as folders
+from app.kit.audited_setting import Actor, AuditedSetting, Stored
 from app.kit.errors import Unprocessable
 from app.kit.pagination import Page, PageRequest, page_of
 from app.kit.principal import Principal
@@ -77,23 +79,32 @@ class FeatureFlag:
     updated_by: str | None = None
 
     @classmethod
-    def of(cls, record: repository.FlagRecord) -> FeatureFlag:
+    def of(cls, flag: str, stored: Stored[bool] | None) -> FeatureFlag:
+        if stored is None:
+            return cls(flag)
         return cls(
-            record.flag,
-            record.enabled,
-            record.updated_at,
-            record.updated_by_company_id,
-            record.updated_by,
+            flag,
+            stored.value,
+            stored.updated_at,
+            stored.updated_by_company_id,
+            stored.updated_by,
         )
+
+
+FEATURE_FLAG: Final = AuditedSetting(
+    repository.FEATURE_FLAGS,
+    audit.AUDIT_LOG,
+    action="feature_flag.set",
+    target_kind="feature_flag",
+    default=False,
+    audited=lambda enabled: {"enabled": enabled},
+)
 
 
 async def list_feature_flags(session: AsyncSession, company_id: str) -> list[FeatureFlag]:
     """Every known flag of the company, in a stable order; a flag never set is off."""
-    stored = {r.flag: r for r in await repository.select_flags(session, company_id)}
-    return [
-        FeatureFlag(name) if name not in stored else FeatureFlag.of(stored[name])
-        for name in KNOWN_FLAGS
-    ]
+    stored = await repository.select_flags(session, company_id)
+    return [FeatureFlag.of(name, stored.get(name)) for name in KNOWN_FLAGS]
 
 
 async def set_feature_flag(
@@ -104,51 +115,37 @@ async def set_feature_flag(
         raise Unprocessable.field(
             "path.flag", f"Unknown feature flag; the known flags are {' and '.join(KNOWN_FLAGS)}."
         )
-    stored = await repository.lock_flag(session, company_id, flag)
-    current = stored is not None and stored.enabled
-    if current == enabled:
-        return FeatureFlag(flag) if stored is None else FeatureFlag.of(stored)
-    editor = Actor.of(actor)
-    saved = await repository.upsert_flag(session, company_id, flag, enabled, editor)
-    await audit.record_event(
-        session,
-        company_id,
-        audit.AuditEntry(
-            actor=editor,
-            action="feature_flag.set",
-            target_kind="feature_flag",
-            target_id=flag,
-            old={"enabled": current},
-            new={"enabled": enabled},
-        ),
+    saved = await FEATURE_FLAG.save(
+        session, Actor.of(actor), company_id, flag, change=lambda _: enabled
     )
-    return FeatureFlag.of(saved)
+    return FeatureFlag.of(flag, saved.stored)
 
 
 async def _company_flags(session: AsyncSession, company_id: str) -> CompanyFlags:
-    stored = {r.flag: r.enabled for r in await repository.select_flags(session, company_id)}
+    stored = await repository.select_flags(session, company_id)
     return CompanyFlags(
-        context_memory=stored.get(FLAG_CONTEXT_MEMORY, False),
-        allow_with_web_search=stored.get(FLAG_ALLOW_WITH_WEB_SEARCH, False),
+        context_memory=FLAG_CONTEXT_MEMORY in stored and stored[FLAG_CONTEXT_MEMORY].value,
+        allow_with_web_search=FLAG_ALLOW_WITH_WEB_SEARCH in stored
+        and stored[FLAG_ALLOW_WITH_WEB_SEARCH].value,
     )
 
 
 # --- the company's memory policy ----------------------------------------------------------------
 
 
-def _policy_fields(policy: MemoryPolicy) -> dict[str, object]:
-    """The policy as the audit trail records it (changed fields only, see `changed_fields`)."""
-    return {
-        "actions": actions_json(policy),
-        "recent_topics_days": policy.recent_topics_days,
-        "inactive_memory_days": policy.inactive_memory_days,
-    }
+MEMORY_POLICY: Final = AuditedSetting(
+    MEMORY_POLICIES,
+    audit.AUDIT_LOG,
+    action="memory_policy.set",
+    target_kind="memory_policy",
+    default=DEFAULT_POLICY,
+    audited=policy_columns,
+)
 
 
 async def read_company_memory_policy(session: AsyncSession, company_id: str) -> MemoryPolicyView:
     """The company's saved memory policy, or the defaults (flagged `default`)."""
-    record = await memory_policy_repository.select_memory_policy(session, company_id)
-    return MemoryPolicyView.of(company_id, record)
+    return MemoryPolicyView.of(company_id, await MEMORY_POLICIES.select(session, company_id))
 
 
 async def set_company_memory_policy(
@@ -160,28 +157,8 @@ async def set_company_memory_policy(
 
     Applies from the next write of any profile of the company: writes read it afresh.
     """
-    stored = await memory_policy_repository.select_memory_policy(
-        session, company_id, for_update=True
-    )
-    current = DEFAULT_POLICY if stored is None else stored.policy
-    old, new = changed_fields(_policy_fields(current), _policy_fields(policy))
-    if not new:
-        return MemoryPolicyView.of(company_id, stored)
-    editor = Actor.of(actor)
-    saved = await memory_policy_repository.upsert_memory_policy(session, company_id, policy, editor)
-    await audit.record_event(
-        session,
-        company_id,
-        audit.AuditEntry(
-            actor=editor,
-            action="memory_policy.set",
-            target_kind="memory_policy",
-            target_id=company_id,
-            old=old,
-            new=new,
-        ),
-    )
-    return MemoryPolicyView.of(company_id, saved)
+    saved = await MEMORY_POLICY.save(session, Actor.of(actor), company_id, change=lambda _: policy)
+    return MemoryPolicyView.of(company_id, saved.stored)
 
 
 # --- space settings -----------------------------------------------------------------------------
@@ -251,10 +228,34 @@ def _refuse_enabling_behind_web_search(
         )
 
 
+SPACE_SETTING: Final = AuditedSetting(
+    repository.SPACE_SETTINGS,
+    audit.AUDIT_LOG,
+    action="space_settings.update",
+    target_kind="space",
+    default=SpaceRecord(),
+    audited=_audit_fields,
+    lost_race=SpaceSettingsChanged,
+)
+
+
+def _space_of(stored: Stored[SpaceRecord] | None) -> SpaceRecord:
+    """The space as saved last, with who saved it; its defaults when never saved."""
+    if stored is None:
+        return SpaceRecord()
+    return replace(
+        stored.value,
+        saved=True,
+        updated_at=stored.updated_at,
+        updated_by_company_id=stored.updated_by_company_id,
+        updated_by=stored.updated_by,
+    )
+
+
 async def read_space(session: AsyncSession, company_id: str, space_id: str) -> SpaceView:
     flags = await _company_flags(session, company_id)
-    stored = await repository.select_space(session, company_id, space_id)
-    return _space_view(space_id, flags, stored or SpaceRecord())
+    stored = await repository.SPACE_SETTINGS.select(session, company_id, space_id)
+    return _space_view(space_id, flags, _space_of(stored))
 
 
 async def list_spaces(session: AsyncSession, company_id: str, page: PageRequest) -> Page[SpaceView]:
@@ -284,57 +285,17 @@ async def update_space(
     """
     company_id = actor.company_id if company_id is None else company_id
     flags = await _company_flags(session, company_id)
-    saved = await _save_space(session, actor, company_id, space_id, flags=flags, patch=patch)
+
+    def change(before: SpaceRecord) -> SpaceRecord:
+        after = _apply(before, patch)
+        _refuse_enabling_behind_web_search(flags, before, after)
+        return after
+
+    result = await SPACE_SETTING.save(session, Actor.of(actor), company_id, space_id, change=change)
+    saved = _space_of(result.stored)
     if effective_enablement(flags, saved.state, None).enabled:
         await folders.ensure_root_folder(session, company_id)
     return _space_view(space_id, flags, saved)
-
-
-async def _save_space(  # noqa: PLR0913 - the space's company is not always the actor's
-    session: AsyncSession,
-    actor: Principal,
-    company_id: str,
-    space_id: str,
-    *,
-    flags: CompanyFlags,
-    patch: SpacePatch,
-) -> SpaceRecord:
-    editor = Actor.of(actor)
-    # Two rounds at most: a first save that loses the insert race re-reads the winner's row.
-    for _ in range(2):
-        stored = await repository.select_space(session, company_id, space_id, for_update=True)
-        before = stored or SpaceRecord()
-        after = _apply(before, patch)
-        _refuse_enabling_behind_web_search(flags, before, after)
-        old, new = changed_fields(_audit_fields(before), _audit_fields(after))
-        if not new:
-            return before
-        if stored is None:
-            updated_at = await repository.insert_space(session, company_id, space_id, after, editor)
-            if updated_at is None:
-                continue
-        else:
-            updated_at = await repository.update_space(session, company_id, space_id, after, editor)
-        await audit.record_event(
-            session,
-            company_id,
-            audit.AuditEntry(
-                actor=editor,
-                action="space_settings.update",
-                target_kind="space",
-                target_id=space_id,
-                old=old,
-                new=new,
-            ),
-        )
-        return replace(
-            after,
-            saved=True,
-            updated_at=updated_at,
-            updated_by_company_id=editor.company_id,
-            updated_by=editor.user_id,
-        )
-    raise SpaceSettingsChanged
 
 
 # --- user settings ------------------------------------------------------------------------------

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.enablement import memory_policy_repository
 from app.enablement.decision import Decision, SwitchState
 from app.enablement.memory_policy import DEFAULT_POLICY, MemoryPolicy
 from app.enablement.repository import SpaceRecord
+from app.kit.audited_setting import Stored
 
 
 @dataclass(frozen=True)
@@ -25,18 +25,16 @@ class MemoryPolicyView:
     updated_by: str | None = None
 
     @classmethod
-    def of(
-        cls, company_id: str, record: memory_policy_repository.MemoryPolicyRecord | None
-    ) -> MemoryPolicyView:
-        if record is None:
+    def of(cls, company_id: str, stored: Stored[MemoryPolicy] | None) -> MemoryPolicyView:
+        if stored is None:
             return cls(company_id, DEFAULT_POLICY)
         return cls(
             company_id,
-            record.policy,
+            stored.value,
             default=False,
-            updated_at=record.updated_at,
-            updated_by_company_id=record.updated_by_company_id,
-            updated_by=record.updated_by,
+            updated_at=stored.updated_at,
+            updated_by_company_id=stored.updated_by_company_id,
+            updated_by=stored.updated_by,
         )
 
 

@@ -28,20 +28,33 @@ nothing, with the setting at its default.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.companies import repository as companies
 from app.conversations.repository import delete_user_history, lock_user_history
 from app.enablement import audit
-from app.enablement.repository import anonymise_editor, delete_user_setting
+from app.enablement.memory_policy_repository import MEMORY_POLICIES
+from app.enablement.repository import FEATURE_FLAGS, SPACE_SETTINGS, delete_user_setting
 from app.jobs.repository import delete_every_user_job
+from app.kit.audited_setting import SettingTable
 from app.kit.citus import across_companies
 from app.kit.principal import Principal
 from app.profiles.switch import delete_user_memory, lock_user_memory
 from app.quotas.repository import delete_user_marks
-from app.rate_limits import repository as rate_limits_repository
+from app.rate_limits.repository import RATE_LIMIT_OVERRIDES
 from app.turns.repository import delete_user_idempotency_keys
+from app.usage.repository import MODEL_BUDGETS
+
+AUDITED_SETTINGS: Final[tuple[SettingTable[Any], ...]] = (
+    FEATURE_FLAGS,
+    SPACE_SETTINGS,
+    MEMORY_POLICIES,
+    RATE_LIMIT_OVERRIDES,
+    MODEL_BUDGETS,  # names no editor: its changes are anonymised in the audit log only
+)
+"""Every audited setting's table: an erasure anonymises the rows the user changed last."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +118,11 @@ async def erase_company_user(
     # statements reach every company's shard on a distributed cluster (erasures are rare)
     async with across_companies(session):
         events = await audit.erase_user_events(session, company_id, user_id)
-        edits = await anonymise_editor(session, company_id, user_id, audit.ERASED_ACTOR)
-        edits += await rate_limits_repository.anonymise_editor(
-            session, company_id, user_id, audit.ERASED_ACTOR
-        )
+        edits = 0
+        for table in AUDITED_SETTINGS:
+            edits += await table.anonymise_editor(
+                session, audit.Actor(company_id, user_id), audit.ERASED_ACTOR
+            )
     # the platform log is one reference table: the user's registrations and offboardings
     platform_events = await companies.anonymise_platform_actor(
         session, company_id, user_id, audit.ERASED_ACTOR

@@ -93,6 +93,14 @@ class RetryableConflict(Conflict):
         super().__init__(detail, headers={"Retry-After": str(retry_after_seconds)})
 
 
+class SettingChanged(RetryableConflict):
+    """A save of an audited company setting lost a race with another save of it and found its
+    row gone again on the second round (`app/kit/audited_setting.py`); nothing was written."""
+
+    def __init__(self) -> None:
+        super().__init__("The setting changed while saving; retry the request.")
+
+
 class QuotaExceeded(DomainError):
     """A stored amount reached its quota (history, storage, users with memory): nothing of the
     request was written; it succeeds again once something is deleted or the quota raised."""

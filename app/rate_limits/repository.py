@@ -1,31 +1,19 @@
-"""SQL of the rate-limit overrides: every company's (the processes' refresh), and one company's
-locked read and save (flushes, never commits)."""
+"""SQL of the rate-limit overrides: every company's (the processes' refresh), and one company's,
+an audited setting (`app.kit.audited_setting`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from typing import Final
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.enablement.audit import Actor
+from app.kit.audited_setting import SettingTable
 from app.kit.citus import across_companies
 from app.rate_limits.limiter import Overrides
 from app.rate_limits.models import CompanyRateLimits
 from app.rate_limits.policy import Limit, RouteClass, Scope
-
-
-@dataclass(frozen=True)
-class OverridesRecord:
-    """A company's saved overrides and who saved them last."""
-
-    overrides: Overrides
-    updated_at: datetime
-    updated_by_company_id: str
-    updated_by: str
 
 
 def overrides_json(overrides: Overrides) -> dict[str, dict[str, str]]:
@@ -67,63 +55,10 @@ async def select_all_overrides(conn: AsyncConnection) -> dict[str, Overrides]:
     return {row.company_id: overrides_of(row.limits) for row in rows}
 
 
-async def select_overrides(
-    session: AsyncSession, company_id: str, *, for_update: bool = False
-) -> OverridesRecord | None:
-    """The saved overrides, or None when the company never saved any; `for_update` row-locks."""
-    statement = select(
-        CompanyRateLimits.limits,
-        CompanyRateLimits.updated_at,
-        CompanyRateLimits.updated_by_company_id,
-        CompanyRateLimits.updated_by,
-    ).where(CompanyRateLimits.company_id == company_id)
-    if for_update:
-        statement = statement.with_for_update()
-    row = (await session.execute(statement)).first()
-    if row is None:
-        return None
-    return OverridesRecord(
-        overrides_of(row.limits), row.updated_at, row.updated_by_company_id, row.updated_by
-    )
-
-
-async def upsert_overrides(
-    session: AsyncSession, company_id: str, overrides: Overrides, editor: Actor
-) -> OverridesRecord:
-    """Save the company's whole set of overrides, naming `editor` as its last editor."""
-    values = insert(CompanyRateLimits).values(
-        company_id=company_id,
-        limits=overrides_json(overrides),
-        updated_by_company_id=editor.company_id,
-        updated_by=editor.user_id,
-        updated_at=func.now(),
-    )
-    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
-    statement = values.on_conflict_do_update(
-        index_elements=[CompanyRateLimits.company_id],
-        set_={
-            "limits": values.excluded.limits,
-            "updated_by_company_id": values.excluded.updated_by_company_id,
-            "updated_by": values.excluded.updated_by,
-            "updated_at": values.excluded.updated_at,
-        },
-    ).returning(CompanyRateLimits.updated_at)
-    updated_at = (await session.execute(statement)).scalar_one()
-    return OverridesRecord(overrides, updated_at, editor.company_id, editor.user_id)
-
-
-async def anonymise_editor(
-    session: AsyncSession, company_id: str, user_id: str, marker: str
-) -> int:
-    """Erasure: the overrides last changed by the user (both ids matching, in any company)
-    keep their values but name `marker` as `updated_by`; returns how many rows."""
-    result = await session.execute(
-        update(CompanyRateLimits)
-        .where(
-            CompanyRateLimits.updated_by_company_id == company_id,
-            CompanyRateLimits.updated_by == user_id,
-        )
-        .values(updated_by=marker)
-        .returning(CompanyRateLimits.company_id)
-    )
-    return len(result.all())
+RATE_LIMIT_OVERRIDES: Final = SettingTable[Overrides](
+    CompanyRateLimits,
+    columns=("limits",),
+    to_row=lambda overrides: {"limits": overrides_json(overrides)},
+    of_row=lambda row: overrides_of(row["limits"]),
+)
+"""A company's overrides, one row per company an operator changed."""

@@ -8,11 +8,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.enablement import audit
-from app.enablement.audit import Actor, changed_fields
+from app.kit.audited_setting import Actor, AuditedSetting, Stored
 from app.kit.config import Settings
 from app.kit.principal import Principal
 from app.rate_limits import repository
@@ -31,15 +32,15 @@ class RateLimitsView:
     limits: dict[RouteClass, ClassLimits]
     overrides: Overrides
     processes: int
-    record: repository.OverridesRecord | None
+    record: Stored[Overrides] | None
 
 
 def view_of(
-    limiter: RateLimiter, company_id: str, record: repository.OverridesRecord | None
+    limiter: RateLimiter, company_id: str, record: Stored[Overrides] | None
 ) -> RateLimitsView:
     """The limits `record`'s overrides put in force over `limiter`'s defaults (whatever this
     process holds for the company now)."""
-    overrides: Overrides = {} if record is None else record.overrides
+    overrides: Overrides = {} if record is None else record.value
     limits = {
         route_class: in_force(
             limiter.defaults.get(route_class, NO_LIMITS), overrides.get(route_class)
@@ -52,7 +53,8 @@ def view_of(
 async def read_rate_limits(
     session: AsyncSession, limiter: RateLimiter, company_id: str
 ) -> RateLimitsView:
-    return view_of(limiter, company_id, await repository.select_overrides(session, company_id))
+    stored = await repository.RATE_LIMIT_OVERRIDES.select(session, company_id)
+    return view_of(limiter, company_id, stored)
 
 
 def _fields(overrides: Overrides) -> dict[str, object]:
@@ -72,6 +74,16 @@ def _describe(scopes: Mapping[Scope, Limit | None], scope: Scope) -> str:
     return "off" if limit is None else str(limit)
 
 
+RATE_LIMITS: Final = AuditedSetting(
+    repository.RATE_LIMIT_OVERRIDES,
+    audit.AUDIT_LOG,
+    action="rate_limits.set",
+    target_kind="rate_limits",
+    default={},
+    audited=_fields,
+)
+
+
 async def set_rate_limits(
     session: AsyncSession,
     limiter: RateLimiter,
@@ -83,27 +95,10 @@ async def set_rate_limits(
     default), audited with the changed fields old -> new, under a row lock. Equal to the ones
     saved, nothing is written nor recorded. This process applies them at once, the others at
     their next refresh (`RATE_LIMIT_REFRESH_SECONDS`)."""
-    stored = await repository.select_overrides(session, company_id, for_update=True)
-    current: Overrides = {} if stored is None else stored.overrides
-    old, new = changed_fields(_fields(current), _fields(overrides))
-    if not new and not old:
-        return view_of(limiter, company_id, stored)
-    editor = Actor.of(actor)
-    saved = await repository.upsert_overrides(session, company_id, overrides, editor)
-    await audit.record_event(
-        session,
-        company_id,
-        audit.AuditEntry(
-            actor=editor,
-            action="rate_limits.set",
-            target_kind="rate_limits",
-            target_id=company_id,
-            old=old,
-            new=new,
-        ),
-    )
-    limiter.set_overrides(company_id, overrides)
-    return view_of(limiter, company_id, saved)
+    saved = await RATE_LIMITS.save(session, Actor.of(actor), company_id, change=lambda _: overrides)
+    if saved.changed:
+        limiter.set_overrides(company_id, overrides)
+    return view_of(limiter, company_id, saved.stored)
 
 
 async def refresh_overrides(engine: AsyncEngine, limiter: RateLimiter) -> None:

@@ -1,13 +1,13 @@
 """SQL of usage metering and the model budget: additive upserts of counts and model calls, the
 report's reads, the worker's one-statement read of a budget and its month's spend, the
-crossings' once-only insert, and the operator's budget read and save. Flushes, never commits.
+crossings' once-only insert, and the budget's table. Flushes, never commits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from typing import Any, Final, cast
 
 from sqlalchemy import (
@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from app.kit.audited_setting import SettingTable
 from app.usage.budget import Budget, BudgetStatus, Period, WhenSpent
 from app.usage.models import (
     CompanyModelBudget,
@@ -212,46 +213,17 @@ async def select_model_calls(
 # --- the budget ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BudgetRecord:
-    budget: Budget
-    updated_at: datetime
-
-
-async def select_budget(
-    session: AsyncSession, company_id: str, *, for_update: bool = False
-) -> BudgetRecord | None:
-    """The company's saved budget, or None (no budget); `for_update` row-locks it."""
-    statement = select(BUDGETS.c.monthly_tokens, BUDGETS.c.when_spent, BUDGETS.c.updated_at).where(
-        BUDGETS.c.company_id == company_id
-    )
-    if for_update:
-        statement = statement.with_for_update()
-    row = (await session.execute(statement)).first()
-    if row is None:
-        return None
-    budget = Budget(row.monthly_tokens, cast(WhenSpent, row.when_spent))
-    return BudgetRecord(budget, row.updated_at)
-
-
-async def upsert_budget(session: AsyncSession, company_id: str, budget: Budget) -> BudgetRecord:
-    values = insert(BUDGETS).values(
-        company_id=company_id,
-        monthly_tokens=budget.monthly_tokens,
-        when_spent=budget.when_spent,
-        updated_at=func.now(),
-    )
-    # the time through EXCLUDED: Citus refuses a function in DO UPDATE SET
-    statement = values.on_conflict_do_update(
-        index_elements=[BUDGETS.c.company_id],
-        set_={
-            "monthly_tokens": values.excluded.monthly_tokens,
-            "when_spent": values.excluded.when_spent,
-            "updated_at": values.excluded.updated_at,
-        },
-    ).returning(BUDGETS.c.updated_at)
-    updated_at = (await session.execute(statement)).scalar_one()
-    return BudgetRecord(budget, updated_at)
+MODEL_BUDGETS: Final = SettingTable[Budget](
+    BUDGETS,
+    columns=("monthly_tokens", "when_spent"),
+    to_row=lambda budget: {
+        "monthly_tokens": budget.monthly_tokens,
+        "when_spent": budget.when_spent,
+    },
+    of_row=lambda row: Budget(row["monthly_tokens"], cast(WhenSpent, row["when_spent"])),
+    editor=None,  # who changed it is in the audit trail only
+)
+"""A company's budget, one row per company that saved one (an audited setting)."""
 
 
 _SPEND = select(

@@ -10,8 +10,8 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.enablement import audit
-from app.enablement.audit import Actor, changed_fields
 from app.jobs.lifecycle import bring_forward
+from app.kit.audited_setting import Actor, AuditedSetting, Stored
 from app.kit.config import ModelPrice
 from app.kit.errors import Unprocessable
 from app.kit.principal import Principal
@@ -74,12 +74,22 @@ def _budget_fields(budget: Budget) -> dict[str, object]:
     return {"monthly_tokens": budget.monthly_tokens, "when_spent": budget.when_spent}
 
 
+MODEL_BUDGET: Final = AuditedSetting(
+    repository.MODEL_BUDGETS,
+    audit.AUDIT_LOG,
+    action="model_budget.set",
+    target_kind="model_budget",
+    default=NO_BUDGET,
+    audited=_budget_fields,
+)
+
+
 async def _view(
-    session: AsyncSession, company_id: str, record: repository.BudgetRecord | None
+    session: AsyncSession, company_id: str, record: Stored[Budget] | None
 ) -> ModelBudgetView:
     period = period_of(datetime.now(UTC).date())
     spent = await repository.month_spend(session, company_id, period)
-    budget = NO_BUDGET if record is None else record.budget
+    budget = NO_BUDGET if record is None else record.value
     status = BudgetStatus(budget, spent, period)
     return ModelBudgetView(
         company_id, status, record is None, None if record is None else record.updated_at
@@ -88,7 +98,8 @@ async def _view(
 
 async def read_model_budget(session: AsyncSession, company_id: str) -> ModelBudgetView:
     """The company's budget (none: unlimited) and this month's spend."""
-    return await _view(session, company_id, await repository.select_budget(session, company_id))
+    stored = await repository.MODEL_BUDGETS.select(session, company_id)
+    return await _view(session, company_id, stored)
 
 
 async def set_model_budget(
@@ -98,24 +109,8 @@ async def set_model_budget(
     lock; a budget equal to the one in force (no budget, for a company that saved none)
     writes nothing. Workers read it before their next model call; consolidations deferred
     until next month are due again now, for the worker to decide anew under this budget."""
-    stored = await repository.select_budget(session, company_id, for_update=True)
-    current = NO_BUDGET if stored is None else stored.budget
-    old, new = changed_fields(_budget_fields(current), _budget_fields(budget))
-    if not new:
-        return await _view(session, company_id, stored)
-    saved = await repository.upsert_budget(session, company_id, budget)
-    period = period_of(datetime.now(UTC).date())
-    await bring_forward(session, company_id, period.end_instant)
-    await audit.record_event(
-        session,
-        company_id,
-        audit.AuditEntry(
-            actor=Actor.of(actor),
-            action="model_budget.set",
-            target_kind="model_budget",
-            target_id=company_id,
-            old=old,
-            new=new,
-        ),
-    )
-    return await _view(session, company_id, saved)
+    saved = await MODEL_BUDGET.save(session, Actor.of(actor), company_id, change=lambda _: budget)
+    if saved.changed:
+        period = period_of(datetime.now(UTC).date())
+        await bring_forward(session, company_id, period.end_instant)
+    return await _view(session, company_id, saved.stored)
