@@ -29,6 +29,7 @@ from app.turns.schemas import TurnRequest
 from tests.helpers.apps import COMPANY, USER, AuthFactory
 from tests.helpers.db import _asyncpg_dsn, rows
 from tests.helpers.on_citus import not_on_citus
+from tests.helpers.polling import wait_until
 from tests.helpers.settings import enable_company
 from tests.helpers.turns import save_turn, user
 
@@ -207,14 +208,15 @@ async def test_a_folder_deleted_while_the_statement_waits_is_planned_again(
         saving = asyncio.create_task(
             save_turn(client, auth, "chat-b", [user("I know Rust.")], "Noted.")
         )
-        for _ in range(200):  # until the statement waits for the lock
+
+        async def the_save_waits_for_the_lock() -> bool:
             waiting = await eraser.fetchval(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
             )
-            if waiting:
-                break
-            await asyncio.sleep(0.01)
-        assert waiting == 1
+            assert waiting <= 1, waiting
+            return bool(waiting == 1)
+
+        await wait_until(the_save_waits_for_the_lock, what="the save waiting for the lock")
         await eraser.execute(
             "DELETE FROM folders WHERE company_id = $1 AND id = $2", COMPANY, old_folder.id
         )

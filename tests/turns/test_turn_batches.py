@@ -33,6 +33,7 @@ from tests.helpers.apps import COMPANY, SPACE, AuthFactory, client_of
 from tests.helpers.apps import app_with as app_with_settings
 from tests.helpers.db import admin_connect, rows
 from tests.helpers.on_citus import ON_CITUS, not_on_citus
+from tests.helpers.polling import wait_until
 from tests.helpers.settings import enable_company, patch_space, patch_user_settings
 from tests.helpers.turns import save_turn, user
 
@@ -140,21 +141,32 @@ async def _scenarios(client: httpx.AsyncClient, auth: AuthFactory, app: FastAPI)
         )
 
 
-def _first_held(app: FastAPI, held: asyncio.Event) -> Connect:
+def _first_held(app: FastAPI, held: asyncio.Event, stuck: asyncio.Event) -> Connect:
     """The app's driver connections, the first one handed over only once `held` is set: its
-    statement waits as one stuck behind a lock would, and the turns handed in meanwhile wait."""
+    statement waits as one stuck behind a lock would (`stuck` is set then), and the turns
+    handed in meanwhile wait."""
     first = True
 
     @asynccontextmanager
     async def connect() -> AsyncIterator[asyncpg.Connection]:
         nonlocal first
-        stuck, first = first, False
+        holding, first = first, False
         async with app.state.database.driver.connection() as conn:
-            if stuck:
+            if holding:
+                stuck.set()
                 await held.wait()
             yield conn
 
     return connect
+
+
+async def _waiting_in(batcher: TurnBatcher, count: int) -> None:
+    """Until `count` turns wait in `batcher` for a statement to take them (the batcher has
+    no public count of them: its queue is read)."""
+    await wait_until(
+        lambda: len(batcher._waiting) == count,
+        what=lambda: f"{count} turns waiting for a statement ({len(batcher._waiting)} were)",
+    )
 
 
 @asynccontextmanager
@@ -272,16 +284,16 @@ async def test_batches_over_the_same_chats_in_opposite_orders_never_deadlock(
             repository.save_common_turns(first, forward, limits=QuotaLimits(), citus=ON_CITUS),
             repository.save_common_turns(second, backward, limits=QuotaLimits(), citus=ON_CITUS),
         )
-        for _ in range(300):  # until both statements wait for a lock
+
+        async def both_wait_for_a_lock() -> bool:
             waiting = await holder.fetchval(
                 "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
                 " WHERE l.locktype = 'advisory' AND NOT l.granted"
                 " AND a.datname = current_database()"
             )
-            if waiting == 2:
-                break
-            await asyncio.sleep(0.01)
-        assert waiting == 2
+            return bool(waiting == 2)
+
+        await wait_until(both_wait_for_a_lock, what="both batches waiting for a lock")
         await transaction.commit()
         results = await asyncio.wait_for(saving, timeout=30)
     finally:
@@ -301,14 +313,14 @@ async def test_a_failing_batch_leaves_each_turn_to_its_own_statement(
     for sub in ("u-a", "u-b"):
         await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub=sub)
     good, bad = _turn("u-a", "chat-1"), _turn("u-b", "chat-1", role=_BOGUS_ROLE)
-    held = asyncio.Event()  # the batch forms behind the first statement
+    held, stuck = asyncio.Event(), asyncio.Event()  # the batch forms behind the first statement
     batcher = TurnBatcher(
-        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
+        _first_held(app, held, stuck), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
     )
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-2")))
-    await asyncio.sleep(0.05)
+    await wait_until(stuck.is_set, what="the first statement held")
     together = [asyncio.create_task(batcher.save(t)) for t in (good, bad)]
-    await asyncio.sleep(0.05)
+    await _waiting_in(batcher, 2)
     held.set()
     first = await lone
     assert first is not ALONE
@@ -334,20 +346,20 @@ async def test_a_batch_holds_the_turns_of_one_company(
     for company in (COMPANY, "beta"):
         await enable_company(client, auth, company)
         await save_turn(client, auth, "chat-0", [user("Hi.")], "Hi.", sub="u-a", company=company)
-    held = asyncio.Event()
+    held, stuck = asyncio.Event(), asyncio.Event()
     batches: list[int] = []
     batcher = TurnBatcher(
-        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
+        _first_held(app, held, stuck), QuotaLimits(), max_batch=8, in_flight=1, citus=on_citus
     )
     batcher.observe = batches.append
     lone = asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))
-    await asyncio.sleep(0.05)
+    await wait_until(stuck.is_set, what="the first statement held")
     companies = ["beta", COMPANY, "beta", COMPANY, "beta"]
     saving = [
         asyncio.create_task(batcher.save(_turn("u-a", f"chat-{n}", company=company)))
         for n, company in enumerate(companies, start=2)
     ]
-    await asyncio.sleep(0.05)
+    await _waiting_in(batcher, len(companies))
     held.set()
     results = [await lone] + [await task for task in saving]
     assert all(r is not ALONE and r.written and r.queued for r in results)
@@ -466,16 +478,16 @@ async def test_a_second_statement_starts_beside_a_running_one_with_a_quarter_bat
     statement stuck behind a lock would), as long as `TURN_BATCH_IN_FLIGHT` allows."""
     await enable_company(client, auth)
     await save_turn(client, auth, "chat-0", [user("I work in Berlin.")], "Noted.", sub="u-a")
-    held = asyncio.Event()
+    held, stuck = asyncio.Event(), asyncio.Event()
     batches: list[int] = []
     batcher = TurnBatcher(
-        _first_held(app, held), QuotaLimits(), max_batch=8, in_flight=2, citus=on_citus
+        _first_held(app, held, stuck), QuotaLimits(), max_batch=8, in_flight=2, citus=on_citus
     )
     batcher.observe = batches.append
     saving = [asyncio.create_task(batcher.save(_turn("u-a", "chat-1")))]
-    await asyncio.sleep(0.05)
+    await wait_until(stuck.is_set, what="the first statement held")
     saving.append(asyncio.create_task(batcher.save(_turn("u-a", "chat-2"))))
-    await asyncio.sleep(0.05)
+    await _waiting_in(batcher, 1)
     assert batches == [1]  # one turn waits: less than a quarter batch
     saving.append(asyncio.create_task(batcher.save(_turn("u-a", "chat-3"))))
     done, _ = await asyncio.wait(saving[1:], timeout=5)
