@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.apps import TokenFactory
+from tests.helpers.polling import wait_until
 from tests.test_serve_workers import (
     scratch_database_url,  # noqa: F401 - a fixture
     serve_env,
@@ -227,31 +228,36 @@ def access_lines(log_path: Path) -> list[dict[str, object]]:
 async def test_a_client_gone_mid_body_is_logged_as_499_without_a_traceback(
     served: Served, make_token: TokenFactory
 ) -> None:
+    """Each client asks for `100 Continue` and sends part of its body once it came: the server
+    sends it when the app first reads the body, so the client leaves while the app reads."""
     token = make_token("alice").encode()
     for path in (b"/v1/chats/chat-1/turns", b"/v1/me/memory"):
         method = b"POST" if b"turns" in path else b"PUT"
-        _, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
         writer.write(
             method
             + b" "
             + path
             + b" HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer "
             + token
-            + b"\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
-            + b'{"space_id": "space-1", "messages": ['
+            + b"\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n"
+            + b"Expect: 100-continue\r\n\r\n"
         )
         await writer.drain()
-        await asyncio.sleep(0.3)  # the app is reading the body
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
+        writer.write(b'{"space_id": "space-1", "messages": [')
+        await writer.drain()
         writer.close()
         await writer.wait_closed()
 
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def both_logged() -> list[dict[str, object]]:
         records = access_lines(served.log_path)
         gone = [r for r in records if r.get("msg") == "request" and r.get("status") == 499]
-        if len(gone) == 2:
-            break
-        await asyncio.sleep(0.2)
+        return gone if len(gone) == 2 else []
+
+    gone = await wait_until(both_logged, 10, what="two requests logged as 499")
+    records = access_lines(served.log_path)
     assert sorted(str(r["path"]) for r in gone) == ["/v1/chats/chat-1/turns", "/v1/me/memory"]
     assert not [r for r in records if r.get("level") == "error" or "trace" in r], records
     assert not [r for r in records if r.get("status") == 500]
