@@ -9,7 +9,6 @@ import contextlib
 import json
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ from tests.helpers.apps import (
     app_with,
     make_settings,
 )
+from tests.helpers.polling import wait_until_sync
 
 BASE_URL = "http://testserver"
 ClientFactory = Callable[..., AsyncMemoryClient]
@@ -108,11 +108,12 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
+
+    def started() -> bool:
         assert thread.is_alive(), "uvicorn stopped while starting"
-        assert time.monotonic() < deadline, "uvicorn did not start in time"
-        time.sleep(0.05)
+        return server.started
+
+    wait_until_sync(started, 30, what="uvicorn started")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -4,7 +4,6 @@ the context and turn calls (placeholder history given as `placeholder_history`).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -27,6 +26,7 @@ from langchain_core.prompts import ChatPromptTemplate
 
 from app.profiles.profile import Section
 from tests.helpers.apps import COMPANY, OPERATOR, SPACE, SPACE_ADMIN, TokenFactory
+from tests.helpers.polling import wait_until_sync
 from tests.helpers.profiles import memory_md
 
 BASE_URL = "http://testserver"
@@ -171,15 +171,21 @@ def test_the_sync_history_and_runnable_over_http_feed_the_users_memory(
 
 
 def _wait_for_profile(memory: MemoryClient, text: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The memory page once it holds `text`; fails after `timeout` seconds, saying what the
+    page held then."""
+    content = ""
+
+    def holding() -> str:
+        nonlocal content
         try:
             content = memory.get_memory().content
         except NotFound:
             content = ""
-        if text in content or time.monotonic() > deadline:
-            return content
-        time.sleep(0.1)
+        return content if text in content else ""
+
+    return wait_until_sync(
+        holding, timeout, what=lambda: f"{text!r} in the memory page, which held {content!r}"
+    )
 
 
 def test_an_ai_message_without_the_message_it_answers_is_refused() -> None:
