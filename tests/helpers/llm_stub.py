@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.kit.llm import OpenAIChatModel
+from tests.helpers.polling import wait_until
 
 # --- the script ----------------------------------------------------------------------------
 
@@ -237,13 +238,17 @@ class StubLLMServer:
         )
         self._stopping.clear()
         self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._task.done():
+        task = self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        server = self._server
+
+        def started() -> bool:
+            if task.done():
                 sock.close()
-                self._task.result()
+                task.result()
                 raise RuntimeError("the stub LLM server exited during startup")
-            await asyncio.sleep(0.005)
+            return server.started
+
+        await wait_until(started, 30, what="the stub LLM server serving", every=0.005)
 
     async def stop(self) -> None:
         """Stop serving; delayed answers are cut short. The port is then refused."""

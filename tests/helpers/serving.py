@@ -11,6 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 import uvicorn
 from fastapi import FastAPI
 
+from tests.helpers.polling import wait_until
+
+START_SECONDS = 60.0  # the app's lifespan included, on a loaded machine
+
 
 class _Server(uvicorn.Server):
     """uvicorn without signal handlers: Ctrl-C must stay with pytest."""
@@ -47,12 +51,15 @@ async def served_on(sock: socket.socket, app: FastAPI) -> AsyncIterator[None]:
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
+
+    def started() -> bool:
+        if task.done():
+            task.result()
+            raise RuntimeError("the app exited during startup")
+        return server.started
+
     try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("the app exited during startup")
-            await asyncio.sleep(0.005)
+        await wait_until(started, START_SECONDS, what="the app serving", every=0.005)
         yield
     finally:
         server.should_exit = True
