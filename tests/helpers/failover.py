@@ -1,6 +1,6 @@
-"""The service through a failover of its PostgreSQL primary: `python -m app serve` (API and
-worker, as deployed) on a multi-host DATABASE_URL, a steady load of keyed turn-saves, /readyz
-polled all along, and what must hold afterwards on the new primary.
+"""The service through a fault of its database (a failover of its PostgreSQL primary, a crash
+and restart, its connections cut): `python -m app serve` (API and worker, as deployed), a
+steady load of keyed turn-saves, /readyz polled all along, and what must hold afterwards.
 
 Each client retries a save that got no 2xx with the same `Idempotency-Key` (honouring
 `Retry-After`) until it is acknowledged, as the Python client does. Every request is bounded by
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -161,24 +162,34 @@ class Answer:
     error: str | None = None
     retry_after: str | None = None
     content_type: str | None = None
+    abandoned: bool = False  # the client gave up on it on purpose (see `TurnLoad`)
 
 
 @dataclass(frozen=True)
 class Ack:
-    """A turn the service acknowledged (2xx), and what it said it saved and queued."""
+    """A turn the service acknowledged (2xx), and what it said it saved and queued;
+    `replayed` when the answer was the one stored for its key (an earlier attempt saved it)."""
 
     user: str
     key: str
     turn_id: str
     job_id: str
+    replayed: bool = False
 
 
 @dataclass
 class TurnLoad:
-    """`CLIENTS` tasks saving turns until stopped; each key is retried until a 2xx."""
+    """`CLIENTS` tasks saving turns until stopped; each key is retried until a 2xx.
+
+    With `abandon_every`, every so many keys' first attempt is abandoned within 30 ms of being
+    sent, as by a client whose connection dropped: the service may or may not have saved it
+    (it does not stop a request whose client left), so the retry must neither lose it nor save
+    it twice; meanwhile it answers 409 to the same key.
+    """
 
     service: Service
     users: tuple[str, ...]
+    abandon_every: int | None = None
     answers: list[Answer] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -214,6 +225,16 @@ class TurnLoad:
     def unavailable_since(self, instant: float) -> int:
         return sum(a.status == 503 for a in self.answers if a.started >= instant)
 
+    def clients_unavailable_since(self, instant: float) -> int:
+        """How many clients met a 503 since `instant` (a key less its number names its client)."""
+        return len(
+            {
+                a.key.rsplit("-", 1)[0]
+                for a in self.answers
+                if a.started >= instant and a.status == 503
+            }
+        )
+
     def first_success_since(self, instant: float) -> float | None:
         """When the first save sent after `instant` was acknowledged."""
         ends = [a.ended for a in self.answers if a.started >= instant and a.status in SUCCESS]
@@ -223,12 +244,17 @@ class TurnLoad:
         user = self.users[number % len(self.users)]
         headers = self.service.bearer(user)
         sequence = 0
+        abandon_after = random.Random(number).uniform
         while not self._stopping.is_set():
             key = f"{user}-c{number}-{sequence}"
+            abandoning = self.abandon_every is not None and sequence % self.abandon_every == 0
             sequence += 1
-            self.acks.append(await self._save(user, key, headers))
+            abandon = abandon_after(0.0, 0.03) if abandoning else None
+            self.acks.append(await self._save(user, key, headers, abandon))
 
-    async def _save(self, user: str, key: str, headers: dict[str, str]) -> Ack:
+    async def _save(
+        self, user: str, key: str, headers: dict[str, str], abandon: float | None
+    ) -> Ack:
         body = {
             "space_id": SPACE,
             "messages": [{"role": "user", "content": f"I know tool {key}"}],
@@ -239,13 +265,19 @@ class TurnLoad:
         while time.monotonic() < deadline:
             started = time.monotonic()
             try:
-                async with asyncio.timeout(REQUEST_TIMEOUT_SECONDS):
+                async with asyncio.timeout(abandon or REQUEST_TIMEOUT_SECONDS):
                     response = await self.service.http.post(
                         "/v1/chats/failover/turns", json=body, headers=keyed
                     )
             except (TimeoutError, httpx.TransportError) as error:
+                if abandon is not None and isinstance(error, TimeoutError):
+                    self.answers.append(
+                        Answer(key, started, time.monotonic(), None, abandoned=True)
+                    )
+                    abandon = None
+                    continue  # sent again at once, as by a client that reconnected
                 self.answers.append(Answer(key, started, time.monotonic(), None, repr(error)))
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # a client's pause before it reconnects
                 continue
             retry_after = response.headers.get("retry-after")
             self.answers.append(
@@ -258,9 +290,12 @@ class TurnLoad:
                     content_type=response.headers.get("content-type"),
                 )
             )
+            abandon = None
             if response.status_code in SUCCESS:
                 saved = response.json()
-                return Ack(user, key, saved["turn_id"], saved["consolidation"]["job_id"])
+                replayed = response.headers.get("idempotent-replayed") == "true"
+                job_id = saved["consolidation"]["job_id"]
+                return Ack(user, key, saved["turn_id"], job_id, replayed)
             wait = float(retry_after) if retry_after and retry_after.isdigit() else 0.2
             await asyncio.sleep(min(wait, 2.0))
         pytest.fail(f"{key} was not acknowledged in {KEY_RETRY_BUDGET_SECONDS} s")
@@ -330,19 +365,30 @@ class Failover:
     primary_from: float
 
 
-def assert_saves_answered_truthfully(load: TurnLoad, failover: Failover) -> None:
-    """Every save was answered in time with a 2xx or a 503 problem carrying Retry-After; none
-    was acknowledged while there was no primary; the service saved turns again within
-    `SERVED_AGAIN_SECONDS` of the promotion, without a restart."""
-    unanswered = [a for a in load.answers if a.status is None]
+def assert_answers_well_formed(load: TurnLoad) -> None:
+    """Every attempt was answered in time, with a 2xx or a 503 problem carrying Retry-After
+    (or, for a key whose earlier attempt the client abandoned, a 409 problem carrying one)."""
+    unanswered = [a for a in load.answers if a.status is None and not a.abandoned]
     assert not unanswered, unanswered[:5]
-    statuses = {a.status for a in load.answers}
-    assert statuses <= SUCCESS | {503}, f"{statuses}:\n{load.service.log_tail()}"
+    abandoned = {a.key for a in load.answers if a.abandoned}
+    statuses = {a.status for a in load.answers if not a.abandoned}
+    assert statuses <= SUCCESS | {409, 503}, f"{statuses}:\n{load.service.log_tail()}"
     for answer in load.answers:
         assert answer.ended - answer.started < REQUEST_TIMEOUT_SECONDS, answer
+        if answer.status == 409:
+            assert answer.key in abandoned, answer
+        if answer.status in {409, 503}:
+            assert answer.retry_after is not None, answer
+            assert answer.content_type == PROBLEM_CONTENT_TYPE, answer
         if answer.status == 503:
             assert answer.retry_after == str(RETRY_AFTER_SECONDS), answer
-            assert answer.content_type == PROBLEM_CONTENT_TYPE, answer
+
+
+def assert_saves_answered_truthfully(load: TurnLoad, failover: Failover) -> None:
+    """Every save was answered well (`assert_answers_well_formed`); none was acknowledged
+    while there was no primary; the service saved turns again within `SERVED_AGAIN_SECONDS`
+    of the promotion, without a restart."""
+    assert_answers_well_formed(load)
     outage = [
         a
         for a in load.answers
@@ -431,26 +477,31 @@ def differences(saved: dict[str, list[str]], acked: dict[str, list[str]]) -> str
 async def assert_each_job_ran_once(
     conn: asyncpg.Connection, users: tuple[str, ...], seconds: float = JOBS_DONE_SECONDS
 ) -> None:
-    """The worker recovered by itself: every job of `users` succeeded on the new primary; and
-    none ran to a second version. A run that updates the memory writes one version, naming
-    the newest job of its claim, and marks its claim's jobs succeeded with that version in the
-    same transaction: so each version of a consolidation names a distinct job, of the claim
-    marked with that version, and each version the jobs were marked with exists once."""
-    deadline = time.monotonic() + seconds
-    while True:
-        statuses = dict(
-            await conn.fetch(
-                "SELECT status, count(*) FROM jobs"
-                " WHERE company_id = $1 AND user_id = ANY($2::text[]) GROUP BY status",
-                COMPANY,
-                list(users),
-            )
+    """The worker recovered by itself: every job of `users` succeeded (on the new primary,
+    after a failover) within `seconds`; and none ran to a second version. A run that updates
+    the memory writes one version, naming the newest job of its claim, and marks its claim's
+    jobs succeeded with that version in the same transaction: so each version of a
+    consolidation names a distinct job, of the claim marked with that version, and each version
+    the jobs were marked with exists once."""
+    statuses: dict[str, int] = {}
+
+    async def all_succeeded() -> bool:
+        found = await conn.fetch(
+            "SELECT status, count(*) FROM jobs"
+            " WHERE company_id = $1 AND user_id = ANY($2::text[]) GROUP BY status",
+            COMPANY,
+            list(users),
         )
-        if set(statuses) == {"succeeded"}:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"jobs not done {seconds} s after the load: {statuses}")
-        await asyncio.sleep(0.2)
+        statuses.clear()
+        statuses.update((str(row[0]), int(row[1])) for row in found)
+        return set(statuses) == {"succeeded"}
+
+    await polling.wait_until(
+        all_succeeded,
+        seconds,
+        what=lambda: f"every job done {seconds:g} s after the load: {statuses}",
+        every=0.2,
+    )
     versions = await conn.fetch(
         "SELECT user_id, version, job_id::text AS job_id FROM memory_versions"
         " WHERE company_id = $1 AND user_id = ANY($2::text[]) AND job_id IS NOT NULL",

@@ -72,11 +72,15 @@ class PrivatePostgres:
             "start",
         )
 
-    async def terminate_backends(self, application_name: str) -> int:
-        """`pg_terminate_backend` on every connection of `application_name`; how many."""
-        conn = await asyncpg.connect(
+    async def connect(self) -> asyncpg.Connection:
+        """A superuser connection of the test's own, over the server's socket."""
+        return await asyncpg.connect(
             user="postgres", database="postgres", host=self.socket_dir, timeout=10
         )
+
+    async def terminate_backends(self, application_name: str) -> int:
+        """`pg_terminate_backend` on every connection of `application_name`; how many."""
+        conn = await self.connect()
         try:
             killed = await conn.fetchval(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
