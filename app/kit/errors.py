@@ -41,11 +41,15 @@ class DomainError(Exception):
         *,
         errors: Sequence[Mapping[str, object]] | None = None,
         headers: Mapping[str, str] | None = None,
+        retry_after_seconds: int | None = None,
     ) -> None:
+        """`retry_after_seconds`: when the same request may be sent again, as `Retry-After`."""
         super().__init__(detail)
         self.detail = detail
         self.errors = list(errors) if errors else None
         self.headers = dict(headers) if headers else {}
+        if retry_after_seconds is not None:
+            self.headers["Retry-After"] = str(retry_after_seconds)
 
 
 class Unauthorized(DomainError):
@@ -90,7 +94,7 @@ class RetryableConflict(Conflict):
     retryable = True
 
     def __init__(self, detail: str, *, retry_after_seconds: int = 1) -> None:
-        super().__init__(detail, headers={"Retry-After": str(retry_after_seconds)})
+        super().__init__(detail, retry_after_seconds=retry_after_seconds)
 
 
 class SettingChanged(RetryableConflict):
@@ -195,7 +199,7 @@ class DatabaseUnavailable(ServiceUnavailable):
     def __init__(self, retry_after_seconds: int) -> None:
         super().__init__(
             "The database is unavailable; retry later.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 
@@ -228,7 +232,7 @@ class CompanyExportsBusy(TooManyRequests):
         super().__init__(
             f"{per_company} exports of your company are being read right now; retry "
             "when one is done.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 
@@ -238,7 +242,7 @@ class ExportsBusy(ServiceUnavailable):
     def __init__(self, retry_after_seconds: int) -> None:
         super().__init__(
             "The service is reading as many exports as it reads at once; retry shortly.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 
@@ -246,9 +250,7 @@ class DatabaseUnreachable(ServiceUnavailable):
     """Readiness: the database does not answer."""
 
     def __init__(self, retry_after_seconds: int) -> None:
-        super().__init__(
-            "The database is unreachable.", headers={"Retry-After": str(retry_after_seconds)}
-        )
+        super().__init__("The database is unreachable.", retry_after_seconds=retry_after_seconds)
 
 
 class IssuerKeysStale(ServiceUnavailable):
@@ -257,7 +259,7 @@ class IssuerKeysStale(ServiceUnavailable):
     def __init__(self, issuers: Sequence[str], retry_after_seconds: int) -> None:
         super().__init__(
             f"No keys fetched recently from the trusted issuer(s) {', '.join(issuers)}.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 
@@ -269,7 +271,7 @@ class SchemaNotMigrated(ServiceUnavailable):
     ) -> None:
         super().__init__(
             f"Database schema is at {revision}, expected {expected}; run `python -m app migrate`.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 

@@ -100,7 +100,7 @@ class ExportInProgress(TooManyRequests):
     def __init__(self, retry_after_seconds: int) -> None:
         super().__init__(
             "Another export of your memory is running; one runs at a time. Retry when it is done.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
 
 

@@ -57,7 +57,7 @@ class WaitingJobsFull(QuotaExceeded):
             f"Quota {Quota.USER_QUEUED_JOBS} reached: {limits.user_queued_jobs} consolidation "
             f"jobs of yours are waiting, each with {limits.job_max_turns} turns, the most one "
             "holds. Nothing was saved; retry once the worker has caught up (see Retry-After).",
-            headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_SECONDS)},
+            retry_after_seconds=QUEUE_FULL_RETRY_AFTER_SECONDS,
         )
 
 

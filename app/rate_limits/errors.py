@@ -11,5 +11,5 @@ class RateLimited(TooManyRequests):
     def __init__(self, refused: str, retry_after_seconds: int) -> None:
         super().__init__(
             f"Over the rate limit ({refused}); retry after {retry_after_seconds} s.",
-            headers={"Retry-After": str(retry_after_seconds)},
+            retry_after_seconds=retry_after_seconds,
         )
