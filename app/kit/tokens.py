@@ -154,20 +154,24 @@ class TokenCounters:
 
 def _encoding_for(model: str | None, encodings_dir: Path | None) -> tiktoken.Encoding:
     """The model's own encoding when its file is in `encodings_dir`, else the offline one."""
-    if model is not None and encodings_dir is not None:
-        try:
-            name = tiktoken.encoding_name_for_model(model)
-        except KeyError:
-            name = None
-        definition = _DEFINITIONS.get(name or "")
-        if name is not None and definition is not None:
-            path = encodings_dir / f"{definition.file}.tiktoken"
-            if path.is_file():
-                try:
-                    return _from_file(name, str(path), definition)
-                except (OSError, ValueError):  # unreadable, or not the file its hash says
-                    pass
-    return _offline()
+    name = _encoding_name(model) if encodings_dir is not None else None
+    definition = _DEFINITIONS.get(name) if name is not None else None
+    if name is None or definition is None or encodings_dir is None:
+        return _offline()
+    path = encodings_dir / f"{definition.file}.tiktoken"
+    if not path.is_file():
+        return _offline()
+    try:
+        return _from_file(name, str(path), definition)
+    except (OSError, ValueError):  # unreadable, or not the file its hash says
+        return _offline()
+
+
+def _encoding_name(model: str | None) -> str | None:
+    try:
+        return None if model is None else tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        return None
 
 
 @functools.cache
