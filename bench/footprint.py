@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -77,6 +78,7 @@ IDLE_SECONDS = 1.0
 START_TIMEOUT_SECONDS = 60.0
 DRAIN_TIMEOUT_SECONDS = 300.0
 STOP_TIMEOUT_SECONDS = 30.0
+FLOOR_LAST = "after work"
 CONTEXT_QUESTION = "What should I know about this user before answering?"
 
 
@@ -256,6 +258,24 @@ async def measure_worker(  # noqa: PLR0917 - the run's parts, each once
     return Sample(seconds, None, after)
 
 
+async def measure_floor(database_url: str, llm_base_url: str) -> dict[str, int]:
+    """bench/stack_floor.py's VmRSS (KiB) after each of its steps, in order."""
+    floor = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PROJECT_ROOT / "bench" / "stack_floor.py"),
+        database_url,
+        llm_base_url,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    output, errors = await asyncio.wait_for(floor.communicate(), DRAIN_TIMEOUT_SECONDS)
+    if floor.returncode:
+        raise RuntimeError(f"bench/stack_floor.py failed:\n{errors.decode(errors='replace')}")
+    steps = [json.loads(line) for line in output.decode().splitlines() if line.strip()]
+    return {str(step["step"]): int(step["rss_kb"]) for step in steps}
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -299,10 +319,11 @@ class Results:
     serve: list[Sample]
     serve_worker: list[Sample]
     worker: list[Sample]
+    floor: list[dict[str, int]]
 
 
 async def measure(args: argparse.Namespace) -> Results:
-    results = Results([], [], [])
+    results = Results([], [], [], [])
     async with scratch_database(args.admin_url) as database_url:
         settings = app_settings(database_url)
         db = await asyncpg.connect(asyncpg_dsn(database_url))
@@ -328,6 +349,9 @@ async def measure(args: argparse.Namespace) -> Results:
                     )
                     print(f"    worker: {describe(sample)}", file=sys.stderr)
                     results.worker.append(sample)
+                    floor = await measure_floor(database_url, stub.base_url)
+                    print(f"    stack alone: {mib(floor[FLOOR_LAST]):.0f} MiB", file=sys.stderr)
+                    results.floor.append(floor)
         finally:
             await db.close()
     return results
@@ -395,6 +419,14 @@ def render(results: Results, args: argparse.Namespace) -> str:
             f"| {spread([mib(s.after.rss_kb) for s in samples], 0)} "
             f"| {spread([mib(s.after.hwm_kb) for s in samples], 0)} |"
         )
+    floors = [mib(floor[FLOOR_LAST]) for floor in results.floor]
+    lines.append(f"| the stack alone (bench/stack_floor.py) | – | – | {spread(floors, 0)} | – |")
+    lines += ["", "The stack alone, VmRSS after each step (MiB):", ""]
+    steps = list(results.floor[0]) if results.floor else []
+    lines += ["| " + " | ".join(steps) + " |", "|" + "---:|" * len(steps)]
+    lines.append(
+        "| " + " | ".join(spread([mib(f[step]) for f in results.floor], 0) for step in steps) + " |"
+    )
     lines += [
         "",
         f"Work: `serve` answered {args.requests} requests (half `/context`, half `/turns`, "
