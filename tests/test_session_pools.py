@@ -1,6 +1,7 @@
 """The service's sessions and pools: the worker claims and consolidates on a pool of its own
-while every connection of the requests' pool is taken, and each session is opened with
-`idle_in_transaction_session_timeout`, which the server enforces."""
+while every connection of the requests' pool is taken, each session is opened with
+`idle_in_transaction_session_timeout`, which the server enforces, and a statement the server
+cancels at `statement_timeout` is a 503 that wrote nothing."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.enablement.decision import FLAG_CONTEXT_MEMORY
 from app.kit.db.engine import create_database
 from app.kit.db.errors import is_database_unavailable
+from app.kit.errors import PROBLEM_CONTENT_TYPE
 from app.main import create_app
-from tests.helpers.apps import AuthFactory, client_with, make_settings
-from tests.helpers.db import admin_fetchval, database_of
+from tests.helpers.apps import COMPANY, USER, AuthFactory, client_with, make_settings
+from tests.helpers.db import admin_connect, admin_fetchval, database_of
 from tests.helpers.polling import wait_until
 from tests.helpers.serving import served
 from tests.helpers.settings import set_flag
-from tests.helpers.turns import queue_turn
+from tests.helpers.turns import queue_turn, turn_body
 
 
 async def test_the_worker_consolidates_while_every_request_connection_is_taken(
@@ -90,6 +92,40 @@ async def test_a_session_idle_inside_a_transaction_is_ended_by_the_server(
     finally:
         await defaults.dispose()
         await worker.dispose()
+
+
+async def test_a_save_past_the_statement_timeout_is_a_503_that_wrote_nothing(
+    database_url: str, auth: AuthFactory
+) -> None:
+    # e.g. a save waiting on a lock a Citus shard move holds while it switches the company over
+    settings = make_settings(database_url, db_statement_timeout_ms=300)
+    body = turn_body([{"role": "user", "content": "I moved to Lisbon"}], "Noted.")
+    chat = "chat-timed-out"
+    async with (
+        served(create_app(settings)) as base_url,
+        httpx.AsyncClient(base_url=base_url) as http,
+    ):
+        await set_flag(http, auth, FLAG_CONTEXT_MEMORY, True)
+        holder = await admin_connect(database_url)
+        try:
+            async with holder.transaction():
+                await holder.execute("LOCK TABLE turns IN ACCESS EXCLUSIVE MODE")
+                refused = await http.post(
+                    f"/v1/chats/{chat}/turns", json=body, headers=auth(USER, COMPANY)
+                )
+        finally:
+            await holder.close()
+
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["content-type"] == PROBLEM_CONTENT_TYPE
+        assert refused.headers["retry-after"] == str(settings.db_unavailable_retry_after_seconds)
+        assert "Traceback" not in refused.text
+        written = "SELECT count(*) FROM {} WHERE company_id = $1 AND chat_id = $2"
+        for table in ("turns", "chat_messages"):
+            assert await admin_fetchval(database_url, written.format(table), COMPANY, chat) == 0
+        again = await http.post(f"/v1/chats/{chat}/turns", json=body, headers=auth(USER, COMPANY))
+        assert again.status_code == 202, again.text
+        assert await admin_fetchval(database_url, written.format("turns"), COMPANY, chat) == 1
 
 
 def test_behind_pgbouncer_no_session_timeout_is_sent_at_connect(database_url: str) -> None:

@@ -61,9 +61,18 @@ def _citus_shard_switched(error: BaseException) -> bool:
     return message.startswith(_CITUS_SHARD_SWITCHED)
 
 
+# The server cancelled the statement (57014 query_canceled): it ran past `statement_timeout`
+# (`DB_STATEMENT_TIMEOUT_MS`), most often waiting for a lock another transaction holds, such as
+# a Citus shard move blocking a company's writes while it switches them over, or an operator
+# cancelled it. Its transaction is rolled back whole: nothing of it was written.
+_STATEMENT_CANCELLED = "57014"
+
+
 def is_database_unavailable(error: BaseException) -> bool:
     """True when `error` means the database cannot be reached, or cannot serve the statement for
-    a moment (a Citus shard switched over under it): answered 503, not 500."""
+    a moment (a Citus shard switched over under it, or the statement ran out of its time):
+    answered 503 with `Retry-After`, not 500. Never a reason to drop a connection
+    (`server_refuses` is)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -81,7 +90,11 @@ def is_database_unavailable(error: BaseException) -> bool:
         ) and not isinstance(current, asyncpg.exceptions.InterfaceWarning):
             return True
         sqlstate = getattr(current, "sqlstate", None)
-        if sqlstate in _UNAVAILABLE_SQLSTATES or _citus_shard_switched(current):
+        if (
+            sqlstate in _UNAVAILABLE_SQLSTATES
+            or sqlstate == _STATEMENT_CANCELLED
+            or _citus_shard_switched(current)
+        ):
             return True
         if isinstance(current, exc.TimeoutError):  # pool exhausted while the database is down
             return True
